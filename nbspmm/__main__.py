@@ -1,0 +1,5 @@
+import sys
+
+from nbspmm.cli import main
+
+sys.exit(main())
