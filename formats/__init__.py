@@ -1,0 +1,22 @@
+"""formats: the sparse formats of nbspmm, in pure NumPy/SciPy (no numba, no GPU).
+
+* ``BCSR``  — block compressed sparse rows, for structured (block) sparsity;
+* ``WCSR``  — row windows with condensed columns as dense tiles, for irregular sparsity;
+* ``split_plan`` / ``SplitPlan`` — the work items (load balancing) over either format;
+* each format's ``to_scipy()`` (inverse) and ``matmul_reference(B)`` (float64 oracle).
+
+Value dtypes: ``SUPPORTED_DTYPES`` (float16, bfloat16, float32); index arrays are int32.
+"""
+from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES
+from .bcsr import BCSR, BLOCK_SIZES, DEFAULT_BLOCK_SHAPE, BCSRStats
+from .split import SplitPlan, SplitStats, balanced_max_tiles, split_plan
+from .wcsr import (DEFAULT_TILE_COLS, DEFAULT_WINDOW_ROWS, PADDING_COLUMN, TILE_COLS, WINDOW_ROWS, WCSR,
+                   WCSRStats)
+from ._stats import Distribution
+
+__all__ = [
+    "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE",
+    "WCSR", "WCSRStats", "WINDOW_ROWS", "TILE_COLS", "DEFAULT_WINDOW_ROWS", "DEFAULT_TILE_COLS", "PADDING_COLUMN",
+    "SplitPlan", "SplitStats", "split_plan", "balanced_max_tiles",
+    "Distribution", "SUPPORTED_DTYPES", "SCIPY_VALUE_DTYPE", "INDEX_DTYPE",
+]

@@ -1,0 +1,232 @@
+"""BCSR: block compressed sparse rows, the format of the block-sparse (structured) kernel.
+
+Layout (``BM × BK`` blocks; block row i covers rows ``i*BM ... i*BM + BM - 1``):
+
+* ``indptr``  int32 ``[n_block_rows + 1]``: the blocks of block row i are ``indptr[i]:indptr[i+1]``;
+* ``indices`` int32 ``[nnzb]``: the block column of each block, strictly increasing within a block row;
+* ``data``    ``[nnzb, BM, BK]`` in the format dtype, C-contiguous: each block is one dense row-major
+  ``BM × BK`` array (one TMA box), ``data[b, r, c] = A[i*BM + r, indices[b]*BK + c]``; rows past M and
+  columns past K are zero padding.
+
+A block is stored when at least one entry of A falls in it, explicit zeros included (the zero is stored
+in the block). ``to_scipy()`` stores only the nonzero values (see ``to_scipy``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _blocked, _validate
+from ._stats import Distribution, StatsRecord
+from ._validate import INDEX_DTYPE
+
+# Supported block sides (BM and BK each): powers of two that tile wgmma (M = 64 per warpgroup) and
+# TMA boxes (at most 256 elements per box side).
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+# 64 × 64: one wgmma M; 64 fp16 = 128 bytes per block row = the 128-byte swizzle span.
+DEFAULT_BLOCK_SHAPE = (64, 64)
+
+
+def _block_shape(block_shape) -> tuple[int, int]:
+    try:
+        bm, bk = block_shape
+    except (TypeError, ValueError):
+        raise TypeError(f"block_shape must be a pair (BM, BK), got {block_shape!r}") from None
+    return (_validate.size_choice("block_shape[0] (BM)", bm, BLOCK_SIZES),
+            _validate.size_choice("block_shape[1] (BK)", bk, BLOCK_SIZES))
+
+
+@dataclass(frozen=True)
+class BCSRStats(StatsRecord):
+    """What ``BCSR.stats()`` reports. Bytes are those of the format itself (values + indices)."""
+
+    _title = "BCSR stats"
+    shape: tuple[int, int]
+    block_shape: tuple[int, int]
+    dtype: str
+    nnz: int  # nonzero values stored
+    nnzb: int  # blocks stored
+    fill_ratio: float  # nnz / (nnzb * BM * BK)
+    empty_block_rows: int
+    blocks_per_block_row: Distribution
+    value_bytes: int
+    index_bytes: int
+    total_bytes: int
+
+    def b_load_bytes(self, n: int) -> int:
+        """Bytes of B a kernel reads for ``A @ B`` with B of N columns: BK rows of B per block."""
+        return self.nnzb * self.block_shape[1] * n * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BCSR:
+    """A sparse matrix in BCSR form (see the module docstring for the layout).
+
+    Build one with ``BCSR.from_scipy(A, block_shape, dtype)``. The constructor takes the canonical
+    arrays directly and checks their structure (O(1)); ``check_format(full=True)`` scans them.
+    Arrays are held as read-only views.
+    """
+
+    shape: tuple[int, int]
+    block_shape: tuple[int, int]
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _validate.shape_2d(self.shape))
+        object.__setattr__(self, "block_shape", _block_shape(self.block_shape))
+        self.check_format(full=False)
+        for name in ("indptr", "indices", "data"):
+            object.__setattr__(self, name, _validate.readonly(getattr(self, name)))
+
+    def __repr__(self) -> str:
+        return (f"BCSR(shape={self.shape}, block_shape={self.block_shape}, nnzb={self.nnzb}, "
+                f"dtype={self.dtype.name})")
+
+    # -- construction --------------------------------------------------------------------------------
+    @classmethod
+    def from_scipy(cls, A, block_shape=DEFAULT_BLOCK_SHAPE, dtype=np.float16) -> "BCSR":
+        """Build from any scipy sparse matrix/array or dense ndarray.
+
+        Duplicates are summed in float64, then every value is cast once to ``dtype`` (float16,
+        ``ml_dtypes.bfloat16`` or float32; round to nearest). Explicit zeros, NaN and Inf are kept.
+        """
+        block_shape = _block_shape(block_shape)
+        dtype = _validate.format_dtype(dtype)
+        csr = _validate.canonical_csr(A, block_shape, "blocks")
+        return cls(csr.shape, block_shape, *_build(csr, block_shape, dtype))
+
+    # -- derived values ------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def n_block_rows(self) -> int:
+        return _validate.ceil_div(self.shape[0], self.block_shape[0])
+
+    @property
+    def n_block_cols(self) -> int:
+        return _validate.ceil_div(self.shape[1], self.block_shape[1])
+
+    @property
+    def nnzb(self) -> int:
+        return self.indices.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the format: values plus index arrays."""
+        return self.data.nbytes + self.indptr.nbytes + self.indices.nbytes
+
+    @functools.cached_property
+    def block_row(self) -> np.ndarray:
+        """int32 ``[nnzb]``: the block row of each block."""
+        rows = np.repeat(np.arange(self.n_block_rows, dtype=INDEX_DTYPE), np.diff(self.indptr))
+        return _validate.readonly(rows)
+
+    @functools.cached_property
+    def block_col_index(self) -> np.ndarray:
+        """int32 ``[nnzb, BK]``: the column of A of each block column slot, -1 past K (padding)."""
+        bk = self.block_shape[1]
+        cols = self.indices.astype(np.int64)[:, None] * bk + np.arange(bk)
+        return _validate.readonly(np.where(cols < self.shape[1], cols, -1).astype(INDEX_DTYPE))
+
+    # -- conversions ---------------------------------------------------------------------------------
+    def to_scipy(self) -> sp.csr_array:
+        """The stored nonzero values as a ``csr_array`` of float32 (scipy holds no float16/bfloat16;
+        float32 represents each value exactly). Zeros — padding, explicit zeros of the input and values
+        that became zero in the cast — are not stored: it equals ``A.astype(dtype)`` after scipy's
+        ``eliminate_zeros``. Indices sorted, no duplicates."""
+        return _blocked.tiles_to_csr(self.data, self.block_row, self.block_col_index, self.shape)
+
+    def matmul_reference(self, B) -> np.ndarray:
+        """Float64 ``A @ B`` computed from the stored blocks (the oracle of the kernel tests).
+
+        B: K × N, any real dtype (cast to float64). Returns float64 M × N. Zeros inside a block do
+        multiply B, as they do in the kernel: where B holds Inf or NaN, the result can be NaN where
+        scipy's CSR product, which skips zeros, is not.
+        """
+        b = _validate.dense_operand(B, self.shape[1])
+        return _blocked.tiles_matmul(self.data, self.block_row, self.block_col_index,
+                                     self.n_block_rows, self.shape[0], b)
+
+    def stats(self) -> BCSRStats:
+        nnz = int(np.count_nonzero(self.data))
+        per_row = np.diff(self.indptr)
+        index_bytes = self.indptr.nbytes + self.indices.nbytes
+        return BCSRStats(
+            shape=self.shape, block_shape=self.block_shape, dtype=self.dtype.name, nnz=nnz,
+            nnzb=self.nnzb, fill_ratio=nnz / max(self.data.size, 1),
+            empty_block_rows=int(np.count_nonzero(per_row == 0)),
+            blocks_per_block_row=Distribution.of(per_row), value_bytes=self.data.nbytes,
+            index_bytes=index_bytes, total_bytes=self.data.nbytes + index_bytes)
+
+    # -- validation ----------------------------------------------------------------------------------
+    def check_format(self, full: bool = False) -> None:
+        """Check the structure: O(1) (dtypes, lengths, shapes) always; with ``full``, a scan
+        (monotone indptr, sorted in-range indices, zero padding). Raises with expected vs actual."""
+        bm, bk = self.block_shape
+        _validate.check_padded_shape(self.shape, self.block_shape, "blocks")
+        _validate.check_array("indptr", self.indptr, INDEX_DTYPE, (self.n_block_rows + 1,))
+        _validate.check_array("indices", self.indices, INDEX_DTYPE, (None,))
+        _validate.check_array("data", self.data, _validate.SUPPORTED_DTYPES, (self.nnzb, bm, bk))
+        _validate.check_ptr("indptr", self.indptr, self.nnzb, full)
+        if not full:
+            return
+        _validate.check_range("indices", self.indices, self.n_block_cols)
+        bad = _validate.first_unsorted(self.indices, self.indptr)
+        if bad is not None:
+            raise ValueError(f"indices must be strictly increasing within each block row: "
+                             f"indices[{bad - 1}] = {self.indices[bad - 1]} >= indices[{bad}] = {self.indices[bad]}")
+        _check_zero_padding(self)
+
+
+def _check_zero_padding(fmt: BCSR) -> None:
+    """Rows past M (last block row) and columns past K (last block column) must hold zeros."""
+    m, k = fmt.shape
+    bm, bk = fmt.block_shape
+    if m % bm and fmt.nnzb:
+        last = fmt.data[fmt.indptr[-2]:]
+        if np.any(last[:, m % bm:, :] != 0):
+            raise ValueError(f"rows past M = {m} must be zero in the last block row")
+    if k % bk and fmt.nnzb:
+        edge = fmt.data[fmt.indices == fmt.n_block_cols - 1]
+        if np.any(edge[:, :, k % bk:] != 0):
+            raise ValueError(f"columns past K = {k} must be zero in the last block column")
+
+
+def _build(csr: sp.csr_array, block_shape: tuple[int, int], dtype: np.dtype):
+    """``(indptr, indices, data)`` of the BCSR form of a canonical float64 CSR."""
+    m, k = csr.shape
+    bm, bk = block_shape
+    n_block_rows, n_block_cols = _validate.ceil_div(m, bm), _validate.ceil_div(k, bk)
+    bk_shift = _validate.log2_exact(bk)
+    col_bits = max(n_block_cols - 1, 0).bit_length()
+
+    # One key per entry: (block row, block column), block row in the high bits; and the entry's
+    # offset inside its block, r * BK + c with r = row % BM, c = col % BK (blocks start at multiples
+    # of BM and BK, powers of two, so % is a mask).
+    entry_ptr = _blocked.band_ptr(csr.indptr, bm)
+    key = _blocked.band_keys(entry_ptr, csr.indices >> bk_shift, col_bits)
+    in_block = _blocked.band_row_offsets(csr.indptr, bm, bk)
+    in_block |= (csr.indices & (bk - 1)).astype(np.uint16)
+    sorted_key, order = _blocked.sort_by_key(key, n_block_rows << col_bits, entry_ptr)
+    starts, lengths = _blocked.runs(sorted_key)  # one run of entries per block
+    block_key = sorted_key[starts]
+    nnzb = block_key.size
+    _validate.check_fits_int32("number of blocks", nnzb)
+
+    indices = (block_key & ((1 << col_bits) - 1)).astype(INDEX_DTYPE)  # sorted within block rows
+    # Block row i's blocks are the runs whose key has i in its high bits.
+    indptr = np.searchsorted(block_key, np.arange(n_block_rows + 1, dtype=np.int64) << col_bits)
+
+    flat = np.repeat(np.arange(nnzb, dtype=np.int64) * (bm * bk), lengths)  # each entry's block
+    flat += in_block[order]
+    values = _validate.cast_values(csr.data, dtype)  # the one cast: float64 -> dtype
+    data = np.zeros((nnzb, bm, bk), dtype=dtype)
+    data.reshape(-1)[flat] = values[order]
+    return indptr.astype(INDEX_DTYPE), indices, data

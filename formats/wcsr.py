@@ -1,0 +1,278 @@
+"""WCSR: row windows with condensed columns, the format of the irregular-sparsity kernel.
+
+Rows are grouped into windows of H = ``window_rows`` consecutive rows (window w covers rows
+``w*H ... w*H + H - 1``). For each window, the sorted unique columns that occur in it (its *condensed*
+columns) are listed, and its values are stored as dense ``H × KT`` tiles (KT = ``tile_cols``) over
+those columns, so that a kernel can TMA-load a tile and gather the B rows of its KT columns:
+
+* ``window_ptr`` int32 ``[n_windows + 1]``: the tiles of window w are ``tiles[window_ptr[w]:window_ptr[w+1]]``;
+  a window with c condensed columns has exactly ``ceil(c / KT)`` tiles (none when c == 0);
+* ``col_ptr``    int32 ``[n_windows + 1]``: the condensed columns of window w are ``cols[col_ptr[w]:col_ptr[w+1]]``;
+* ``cols``       int32 ``[n_condensed]``: column indices of A, strictly increasing within a window;
+* ``tiles``      ``[n_tiles, H, KT]`` in the format dtype, C-contiguous: tile j of window w holds
+  ``tiles[window_ptr[w] + j, r, s] = A[w*H + r, cols[col_ptr[w] + j*KT + s]]``; rows past M and slots
+  past the window's column count are zero padding.
+
+``tile_col_index`` (derived) gives the column of every tile slot, -1 for padding: a kernel must zero
+fill the B rows of padding slots, never gather a real row there (0 × Inf would be NaN).
+
+A column is condensed when at least one entry of the window is in it, explicit zeros included.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _blocked, _validate
+from ._stats import Distribution, StatsRecord
+from ._validate import INDEX_DTYPE
+
+# Window heights: the wgmma N of the swapped orientation (8 ... 64) or its M (64), and 128 for two
+# warpgroups. Tile widths: multiples of the wgmma K step (16 for fp16/bf16, 8 for tf32).
+WINDOW_ROWS = (8, 16, 32, 64, 128)
+TILE_COLS = (8, 16, 32, 64)
+DEFAULT_WINDOW_ROWS = 64
+DEFAULT_TILE_COLS = 16
+# Marks a padding slot in tile_col_index.
+PADDING_COLUMN = -1
+
+
+@dataclass(frozen=True)
+class WCSRStats(StatsRecord):
+    """What ``WCSR.stats()`` reports.
+
+    ``gathered_b_rows`` is the number of B rows a kernel gathers for the whole product (one per
+    condensed column: each window gathers its own); ``b_gather_bytes(n)`` turns it into bytes.
+    """
+
+    _title = "WCSR stats"
+    shape: tuple[int, int]
+    window_rows: int
+    tile_cols: int
+    dtype: str
+    nnz: int  # nonzero values stored
+    n_windows: int
+    empty_windows: int
+    n_tiles: int
+    n_condensed: int
+    fill_ratio: float  # nnz / (n_tiles * H * KT)
+    padding_ratio: float  # 1 - fill_ratio: the share of tile slots that hold zeros
+    tiles_per_window: Distribution
+    cols_per_window: Distribution
+    gathered_b_rows: int
+    b_row_reuse: float  # nnz / gathered_b_rows: how many nonzeros use each gathered B row
+    value_bytes: int
+    index_bytes: int  # window_ptr + col_ptr + cols
+    total_bytes: int
+
+    def b_gather_bytes(self, n: int, itemsize: int | None = None) -> int:
+        """Bytes of B rows gathered for ``A @ B`` with B of N columns (B in the format dtype unless
+        ``itemsize`` says otherwise): ``gathered_b_rows × N × itemsize``."""
+        itemsize = np.dtype(self.dtype).itemsize if itemsize is None else itemsize
+        return self.gathered_b_rows * n * itemsize
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WCSR:
+    """A sparse matrix in WCSR form (see the module docstring for the layout).
+
+    Build one with ``WCSR.from_scipy(A, window_rows, tile_cols, dtype)``. The constructor takes the
+    canonical arrays directly and checks their structure (O(1)); ``check_format(full=True)`` scans
+    them. Arrays are held as read-only views.
+    """
+
+    shape: tuple[int, int]
+    window_rows: int
+    tile_cols: int
+    window_ptr: np.ndarray
+    col_ptr: np.ndarray
+    cols: np.ndarray
+    tiles: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _validate.shape_2d(self.shape))
+        object.__setattr__(self, "window_rows", _validate.size_choice("window_rows", self.window_rows, WINDOW_ROWS))
+        object.__setattr__(self, "tile_cols", _validate.size_choice("tile_cols", self.tile_cols, TILE_COLS))
+        self.check_format(full=False)
+        for name in ("window_ptr", "col_ptr", "cols", "tiles"):
+            object.__setattr__(self, name, _validate.readonly(getattr(self, name)))
+
+    def __repr__(self) -> str:
+        return (f"WCSR(shape={self.shape}, window_rows={self.window_rows}, tile_cols={self.tile_cols}, "
+                f"n_tiles={self.n_tiles}, n_condensed={self.n_condensed}, dtype={self.dtype.name})")
+
+    # -- construction --------------------------------------------------------------------------------
+    @classmethod
+    def from_scipy(cls, A, window_rows=DEFAULT_WINDOW_ROWS, tile_cols=DEFAULT_TILE_COLS,
+                   dtype=np.float16) -> "WCSR":
+        """Build from any scipy sparse matrix/array or dense ndarray.
+
+        Duplicates are summed in float64, then every value is cast once to ``dtype`` (float16,
+        ``ml_dtypes.bfloat16`` or float32; round to nearest). Explicit zeros, NaN and Inf are kept.
+        """
+        window_rows = _validate.size_choice("window_rows", window_rows, WINDOW_ROWS)
+        tile_cols = _validate.size_choice("tile_cols", tile_cols, TILE_COLS)
+        dtype = _validate.format_dtype(dtype)
+        csr = _validate.canonical_csr(A, (window_rows, 1), "windows")
+        return cls(csr.shape, window_rows, tile_cols, *_build(csr, window_rows, tile_cols, dtype))
+
+    # -- derived values ------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.tiles.dtype
+
+    @property
+    def n_windows(self) -> int:
+        return _validate.ceil_div(self.shape[0], self.window_rows)
+
+    @property
+    def n_tiles(self) -> int:
+        return self.tiles.shape[0]
+
+    @property
+    def n_condensed(self) -> int:
+        return self.cols.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the format: tile values plus window_ptr, col_ptr and cols."""
+        return self.tiles.nbytes + self.window_ptr.nbytes + self.col_ptr.nbytes + self.cols.nbytes
+
+    @functools.cached_property
+    def tile_window(self) -> np.ndarray:
+        """int32 ``[n_tiles]``: the window of each tile."""
+        windows = np.repeat(np.arange(self.n_windows, dtype=INDEX_DTYPE), np.diff(self.window_ptr))
+        return _validate.readonly(windows)
+
+    @functools.cached_property
+    def tile_col_index(self) -> np.ndarray:
+        """int32 ``[n_tiles, KT]``: the column of A of each tile slot, -1 (``PADDING_COLUMN``) for padding."""
+        kt = self.tile_cols
+        w = self.tile_window
+        first_tile = self.window_ptr[w].astype(np.int64)
+        # Slot s of tile t of window w holds condensed column col_ptr[w] + (t - first tile of w)*KT + s.
+        condensed = (self.col_ptr[w] + (np.arange(self.n_tiles) - first_tile) * kt)[:, None] + np.arange(kt)
+        valid = condensed < self.col_ptr[w + 1][:, None]
+        cols = self.cols[np.where(valid, condensed, 0)] if self.n_condensed else np.zeros(condensed.shape, INDEX_DTYPE)
+        return _validate.readonly(np.where(valid, cols, PADDING_COLUMN).astype(INDEX_DTYPE))
+
+    # -- conversions ---------------------------------------------------------------------------------
+    def to_scipy(self) -> sp.csr_array:
+        """The stored nonzero values as a ``csr_array`` of float32 (scipy holds no float16/bfloat16;
+        float32 represents each value exactly). Zeros — padding, explicit zeros of the input and values
+        that became zero in the cast — are not stored: it equals ``A.astype(dtype)`` after scipy's
+        ``eliminate_zeros``. Indices sorted, no duplicates."""
+        return _blocked.tiles_to_csr(self.tiles, self.tile_window, self.tile_col_index, self.shape)
+
+    def matmul_reference(self, B) -> np.ndarray:
+        """Float64 ``A @ B`` computed from the stored tiles and the gathered B rows (the oracle of the
+        kernel tests); padding slots multiply zero rows.
+
+        B: K × N, any real dtype (cast to float64). Returns float64 M × N. Zeros inside a tile do
+        multiply B, as they do in the kernel: where B holds Inf or NaN, the result can be NaN where
+        scipy's CSR product, which skips zeros, is not.
+        """
+        b = _validate.dense_operand(B, self.shape[1])
+        return _blocked.tiles_matmul(self.tiles, self.tile_window, self.tile_col_index,
+                                     self.n_windows, self.shape[0], b)
+
+    def stats(self) -> WCSRStats:
+        nnz = int(np.count_nonzero(self.tiles))
+        tiles_per_window = np.diff(self.window_ptr)
+        cols_per_window = np.diff(self.col_ptr)
+        fill = nnz / max(self.tiles.size, 1)
+        index_bytes = self.window_ptr.nbytes + self.col_ptr.nbytes + self.cols.nbytes
+        return WCSRStats(
+            shape=self.shape, window_rows=self.window_rows, tile_cols=self.tile_cols,
+            dtype=self.dtype.name, nnz=nnz, n_windows=self.n_windows,
+            empty_windows=int(np.count_nonzero(tiles_per_window == 0)), n_tiles=self.n_tiles,
+            n_condensed=self.n_condensed, fill_ratio=fill, padding_ratio=1.0 - fill if self.tiles.size else 0.0,
+            tiles_per_window=Distribution.of(tiles_per_window),
+            cols_per_window=Distribution.of(cols_per_window), gathered_b_rows=self.n_condensed,
+            b_row_reuse=nnz / max(self.n_condensed, 1), value_bytes=self.tiles.nbytes,
+            index_bytes=index_bytes, total_bytes=self.tiles.nbytes + index_bytes)
+
+    # -- validation ----------------------------------------------------------------------------------
+    def check_format(self, full: bool = False) -> None:
+        """Check the structure: O(1) (dtypes, lengths, shapes) always; with ``full``, a scan (monotone
+        pointers, one tile per KT condensed columns, sorted in-range columns, zero padding). Raises
+        with expected vs actual."""
+        h, kt = self.window_rows, self.tile_cols
+        _validate.check_padded_shape(self.shape, (h, 1), "windows")
+        n_ptr = (self.n_windows + 1,)
+        _validate.check_array("window_ptr", self.window_ptr, INDEX_DTYPE, n_ptr)
+        _validate.check_array("col_ptr", self.col_ptr, INDEX_DTYPE, n_ptr)
+        _validate.check_array("cols", self.cols, INDEX_DTYPE, (None,))
+        _validate.check_array("tiles", self.tiles, _validate.SUPPORTED_DTYPES, (None, h, kt))
+        _validate.check_ptr("window_ptr", self.window_ptr, self.n_tiles, full)
+        _validate.check_ptr("col_ptr", self.col_ptr, self.n_condensed, full)
+        if not full:
+            return
+        n_cols = np.diff(self.col_ptr).astype(np.int64)
+        want_tiles = (n_cols + kt - 1) // kt
+        bad = np.flatnonzero(np.diff(self.window_ptr) != want_tiles)
+        if bad.size:
+            w = int(bad[0])
+            raise ValueError(f"window {w} has {n_cols[w]} condensed columns, so it must have "
+                             f"{want_tiles[w]} tiles of {kt} columns; got {self.window_ptr[w + 1] - self.window_ptr[w]}")
+        _validate.check_range("cols", self.cols, self.shape[1])
+        bad = _validate.first_unsorted(self.cols, self.col_ptr)
+        if bad is not None:
+            raise ValueError(f"cols must be strictly increasing within each window: "
+                             f"cols[{bad - 1}] = {self.cols[bad - 1]} >= cols[{bad}] = {self.cols[bad]}")
+        padding_slot = self.tile_col_index == PADDING_COLUMN
+        t, s = np.nonzero(padding_slot)
+        if np.any(self.tiles[t, :, s] != 0):
+            raise ValueError(f"padding slots (tile_col_index == {PADDING_COLUMN}) must hold zeros")
+        m = self.shape[0]
+        if m % h and self.n_tiles:
+            last = self.tiles[self.window_ptr[-2]:]
+            if np.any(last[:, m % h:, :] != 0):
+                raise ValueError(f"rows past M = {m} must be zero in the last window")
+
+
+def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype):
+    """``(window_ptr, col_ptr, cols, tiles)`` of the WCSR form of a canonical float64 CSR."""
+    m, k = csr.shape
+    h, kt = window_rows, tile_cols
+    n_windows = _validate.ceil_div(m, h)
+    kt_shift = _validate.log2_exact(kt)
+    col_bits = max(k - 1, 0).bit_length()
+
+    # One key per entry: (window, column), window in the high bits. Sorted, the entries of a window
+    # come grouped by column, and each run of equal keys is one condensed column.
+    entry_ptr = _blocked.band_ptr(csr.indptr, h)
+    key = _blocked.band_keys(entry_ptr, csr.indices, col_bits)
+    row_offset = _blocked.band_row_offsets(csr.indptr, h, kt)  # local row r = row % H, times KT
+    sorted_key, order = _blocked.sort_by_key(key, n_windows << col_bits, entry_ptr)
+    starts, lengths = _blocked.runs(sorted_key)
+    window_col = sorted_key[starts]
+    n_condensed = window_col.size
+    _validate.check_fits_int32("number of condensed columns", n_condensed)
+
+    cols = (window_col & ((1 << col_bits) - 1)).astype(INDEX_DTYPE)
+    # Window w's condensed columns are the runs whose key has w in its high bits.
+    col_ptr = np.searchsorted(window_col, np.arange(n_windows + 1, dtype=np.int64) << col_bits)
+    cols_per_window = np.diff(col_ptr)
+    tiles_per_window = (cols_per_window + kt - 1) >> kt_shift  # ceil(columns / KT)
+    window_ptr = _blocked.ptr_from_counts(tiles_per_window)
+    n_tiles = int(window_ptr[-1])
+    _validate.check_fits_int32("number of tiles", n_tiles)
+
+    # Condensed column u of window w, of rank j = u - col_ptr[w] in it, lives in tile
+    # window_ptr[w] + j // KT at slot j % KT: its flat offset in `tiles` (row 0) is computed once per
+    # column, then spread to the column's entries, which add their row offset r * KT.
+    tile_slots = h * kt
+    rank = np.arange(n_condensed, dtype=np.int64) - np.repeat(col_ptr[:-1], cols_per_window)
+    col_offset = np.repeat(window_ptr[:-1] * tile_slots, cols_per_window)
+    col_offset += (rank >> kt_shift) * tile_slots
+    col_offset += rank & (kt - 1)
+    flat = np.repeat(col_offset, lengths)
+    flat += row_offset[order]
+    values = _validate.cast_values(csr.data, dtype)  # the one cast: float64 -> dtype
+    tiles = np.zeros((n_tiles, h, kt), dtype=dtype)
+    tiles.reshape(-1)[flat] = values[order]
+    return window_ptr.astype(INDEX_DTYPE), col_ptr.astype(INDEX_DTYPE), cols, tiles

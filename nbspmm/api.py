@@ -1,0 +1,186 @@
+"""The host API: ``spmm(A, B)`` and the prepared operator ``SpMMOperator``.
+
+    op = SpMMOperator(A)             # A: scipy sparse / dense ndarray / formats.BCSR / formats.WCSR
+    C = op(B)                        # B: numpy (copied to the GPU) or any __cuda_array_interface__ array
+    C = spmm(A, B)                   # one-shot: builds the operator, multiplies once
+
+The operator holds the device copy of A (and, for the TMA kernels, its tensor maps and work plan), so
+repeated products pay no conversion. C is a numba device array of shape (M, N); torch and cupy wrap it
+without copying (``torch.as_tensor(C, device="cuda")``, ``cupy.asarray(C)``). bf16 arrays travel as
+uint16 bit patterns (numba has no bfloat16 type): a bf16 C is a uint16 array, ``torch.as_tensor(C,
+device="cuda").view(torch.bfloat16)`` gives the values; a torch bf16 tensor is accepted as B directly.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+import formats
+from nbspmm.device import require_hopper
+from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
+
+# format -> kernel name -> "module:prepare". `prepare(fmt, in_kind, out_kind, **options)` returns an
+# object with `.name` and `.launch(B_device, C_device)`; the first kernel listed is the default.
+KERNELS = {
+    "bcsr": {
+        "v4": "nbspmm.kernels.bcsr:prepare", "v3": "nbspmm.kernels.bcsr:prepare",
+        "v2": "nbspmm.kernels.bcsr:prepare", "v1": "nbspmm.kernels.bcsr:prepare",
+        "v0": "nbspmm.kernels.bcsr:prepare", "baseline": "nbspmm.kernels.baseline_launch:prepare",
+    },
+    "wcsr": {
+        "baseline": "nbspmm.kernels.baseline_launch:prepare",
+    },
+}
+FORMATS = tuple(KERNELS)
+
+# format="auto": block-sparse storage does dense work inside every stored block, so it pays only when
+# blocks are mostly full. Below this fill ratio the irregular (WCSR) path is chosen. Provisional: to be
+# replaced by the measured crossover (issue 5).
+AUTO_BCSR_MIN_FILL = 0.25
+
+
+def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
+    if isinstance(A, (formats.BCSR, formats.WCSR)):
+        given = "bcsr" if isinstance(A, formats.BCSR) else "wcsr"
+        if fmt not in ("auto", given):
+            raise ValueError(f"A is already a {given.upper()} but format={fmt!r} was asked for")
+        if dtype is not None and np.dtype(dtype) != np.dtype(A.dtype):
+            raise TypeError(f"A is stored as {np.dtype(A.dtype).name} but dtype={np.dtype(dtype).name} was asked for")
+        return given, A
+    dtype = np.float16 if dtype is None else dtype
+    if fmt == "bcsr":
+        return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
+    if fmt == "wcsr":
+        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+    if fmt == "auto":
+        bcsr = formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
+        if bcsr.stats().fill_ratio >= AUTO_BCSR_MIN_FILL:
+            return "bcsr", bcsr
+        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+    raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
+
+
+def _resolve(spec: str):
+    module_name, attr = spec.split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+class SpMMOperator:
+    """A sparse matrix prepared on the GPU for repeated products ``C = A @ B``.
+
+    Parameters: ``format`` "auto" | "bcsr" | "wcsr"; ``kernel`` a kernel name of that format (see
+    ``KERNELS``; default: the first listed); ``dtype`` the input precision (float16 or
+    ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32 (default), or the input dtype;
+    ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); other keyword options go to the kernel.
+    """
+
+    def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
+                 out_dtype=np.float32, block_shape=(64, 64), window_rows=64, tile_cols=16, **kernel_options):
+        require_hopper()
+        self.format_name, self.sparse = _build_format(A, format, dtype, block_shape, window_rows, tile_cols)
+        self.shape = tuple(self.sparse.shape)
+        self.dtype = np.dtype(self.sparse.dtype)
+        self.in_kind = kind_of(self.dtype)
+        if self.in_kind == "f32":
+            raise TypeError("the SpMM kernels take float16 or bfloat16 inputs (fp32 accumulation); got float32. "
+                            "Pass dtype=numpy.float16 or ml_dtypes.bfloat16")
+        self.out_dtype = np.dtype(out_dtype)
+        self.out_kind = kind_of(self.out_dtype)
+        if self.out_kind not in ("f32", self.in_kind):
+            raise TypeError(f"out_dtype must be float32 or the input dtype {self.dtype.name}; got {self.out_dtype.name}")
+        variants = KERNELS[self.format_name]
+        kernel = next(iter(variants)) if kernel is None else kernel
+        if kernel not in variants:
+            raise ValueError(f"no kernel {kernel!r} for format {self.format_name!r}; "
+                             f"known: {', '.join(variants)}")
+        prepare = _resolve(variants[kernel])
+        self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
+        self.kernel = self._prepared.name
+
+    def __repr__(self):
+        M, K = self.shape
+        return (f"SpMMOperator({M}x{K}, format={self.format_name}, kernel={self.kernel}, "
+                f"dtype={self.dtype.name}, out_dtype={self.out_dtype.name})")
+
+    def __call__(self, B, out=None):
+        return self.matmul(B, out=out)
+
+    def matmul(self, B, out=None):
+        """C = A @ B. Returns the numba device array written (``out`` when given)."""
+        M, K = self.shape
+        B_dev = as_device_matrix(B, self.in_kind, rows=K, name="B")
+        N = B_dev.shape[1]
+        if out is None:
+            from numba import cuda
+
+            C_dev = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
+        else:
+            C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
+            if C_dev.shape != (M, N):
+                raise ValueError(f"out must have shape {(M, N)} (M x N); got {C_dev.shape}")
+        self._prepared.launch(B_dev, C_dev)
+        return C_dev
+
+
+def spmm(A, B, out=None, **operator_options):
+    """C = A @ B on the GPU (builds a one-use SpMMOperator; keep the operator to multiply repeatedly)."""
+    return SpMMOperator(A, **operator_options)(B, out=out)
+
+
+def _torch_bf16_as_bits(obj):
+    """torch does not export bf16 tensors through __cuda_array_interface__: view them as int16 bits."""
+    torch_dtype = getattr(obj, "dtype", None)
+    if torch_dtype is not None and str(torch_dtype) == "torch.bfloat16" and hasattr(obj, "view"):
+        import torch
+
+        return obj.view(torch.int16), True
+    return obj, False
+
+
+def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False):
+    """A C-contiguous 2-D numba device array of element kind `kind` with `rows` rows.
+
+    numpy input is cast to the kind's dtype and copied to the GPU (not allowed for `writable` outputs);
+    a device array (numba, cupy, torch) is wrapped without copying and must already have the dtype.
+    """
+    from numba import cuda
+
+    expected = DEVICE_DTYPE[kind]
+    if isinstance(x, np.ndarray):
+        if writable:
+            raise TypeError(f"{name} must be a device array (it is written on the GPU); got a numpy array")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D; got {x.ndim}-D with shape {x.shape}")
+        if x.shape[0] != rows:
+            raise ValueError(f"{name} must have {rows} rows (A is {rows} columns wide); got shape {x.shape}")
+        if not np.issubdtype(x.dtype, np.floating) and x.dtype.name != "bfloat16":
+            raise TypeError(f"{name} must be a real floating-point array; got {x.dtype}")
+        host_dtype = {"f16": np.float16, "f32": np.float32}.get(kind)
+        if kind == "bf16":
+            import ml_dtypes
+
+            host = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
+        else:
+            host = np.ascontiguousarray(x.astype(host_dtype))
+        return cuda.to_device(host)
+    x, was_bf16 = _torch_bf16_as_bits(x)
+    if not hasattr(x, "__cuda_array_interface__"):
+        raise TypeError(f"{name} must be a numpy array or a device array with __cuda_array_interface__; "
+                        f"got {type(x).__name__}")
+    arr = cuda.as_cuda_array(x)
+    if was_bf16:
+        arr = arr.view(np.uint16)
+    if kind == "bf16" and arr.dtype == np.int16:
+        arr = arr.view(np.uint16)
+    if arr.dtype != expected:
+        shown = "bfloat16 (or its uint16 bits)" if kind == "bf16" else expected.name
+        raise TypeError(f"{name} must have dtype {shown} to match A; got {arr.dtype} (cast it on the device first)")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D; got shape {arr.shape}")
+    if arr.shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows; got shape {arr.shape}")
+    if not arr.is_c_contiguous():
+        raise ValueError(f"{name} must be C-contiguous (row-major); got strides {arr.strides}")
+    return arr

@@ -1,0 +1,212 @@
+"""One protocol for everything the harness times: the peers (``peers.py``) and nbspmm's own kernels.
+
+A ``Candidate`` says whether it can run here at all (``available``) and on a given case
+(``supports``); ``prepare`` moves its copy of A to the device and builds whatever it needs (not timed)
+and returns a ``Prepared``, whose ``run(i)`` launches one product on rotated input set ``i`` and returns
+the output (any device array), and whose ``to_host`` copies an output (or some of its columns) back as
+float64 for the correctness check. The harness never looks inside: fakes in the tests implement the
+same five methods with NumPy.
+
+Statuses a row can end with (``STATUSES``):
+    ok             checked against the float64 reference, then timed
+    wrong          ran, but the error exceeded the bound (or was NaN): reported, never timed
+    missing        the peer's library is not importable on this machine (the reason says which)
+    unsupported    the peer exists but cannot run this case (dtype, shape, memory), with the reason
+    not built yet  an nbspmm kernel whose host API or variant does not exist yet
+    error          an exception while preparing or running (its message is the reason)
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+OK, WRONG, MISSING, UNSUPPORTED, NOT_BUILT, ERROR = (
+    "ok", "wrong", "missing", "unsupported", "not built yet", "error")
+STATUSES = (OK, WRONG, MISSING, UNSUPPORTED, NOT_BUILT, ERROR)
+
+PEER, NBSPMM = "peer", "nbspmm"
+
+
+class Unsupported(Exception):
+    """Raised by ``prepare`` when the candidate cannot run this case; the message is the reason."""
+
+
+class NotBuiltYet(Exception):
+    """Raised by an nbspmm candidate whose kernel or host API does not exist yet."""
+
+
+class Inputs(Protocol):
+    """The rotated input sets of one case, shared by every candidate (see ``gpu.TorchInputs``)."""
+
+    b: Sequence[Any]          # device B matrices (K × N, row-major, case dtype), all equal in value
+
+    def converted(self, dtype: str) -> Sequence[Any]:
+        """The same B sets converted to ``dtype`` (made once per case, shared by candidates)."""
+
+    def b_host(self, columns: np.ndarray | None) -> np.ndarray:
+        """B (its ``columns`` only, when given) as float64 on the host."""
+
+
+class Prepared(Protocol):
+    in_dtype: str    # the dtype the candidate multiplies in (picks the error bound and the bytes)
+    out_dtype: str   # the dtype of its output
+    note: str        # what exactly runs (e.g. the library routine), shown in the result file
+
+    def poison(self) -> None:
+        """Fill every output buffer the candidate owns with NaN (no-op when it allocates per call)."""
+
+    def run(self, input_index: int) -> Any:
+        """Launch one product on input set ``input_index``; return the output device array."""
+
+    def to_host(self, out: Any, columns: np.ndarray | None) -> np.ndarray:
+        """``out`` (its ``columns`` only, when given) as a float64 NumPy array, M × (N or len(columns))."""
+
+    def release(self) -> None:
+        """Drop the device data."""
+
+
+class Candidate(Protocol):
+    name: str
+    kind: str         # PEER or NBSPMM
+    storage: str      # "dense", "csr", "bsr", "bcsr" or "wcsr": which byte formula applies (metrics.py)
+
+    def available(self) -> tuple[bool, str]:
+        """(True, version or "") when it can run on this machine, else (False, why not)."""
+
+    def supports(self, case) -> tuple[bool, str]:
+        """(True, "") when it can run ``case``, else (False, why not)."""
+
+    def prepare(self, case, inputs: Inputs) -> Prepared:
+        """Device copy of A and whatever else the product needs; raises Unsupported / NotBuiltYet."""
+
+
+def missing_status(candidate: Candidate) -> str:
+    """The status of a candidate that is not available: peers are missing, our kernels not built yet."""
+    return NOT_BUILT if candidate.kind == NBSPMM else MISSING
+
+
+# ---------------------------------------------------------------- nbspmm kernels
+# ``--kernels`` names: FORMAT or FORMAT:VARIANT. Each format maps to the keyword arguments of
+# ``nbspmm.SpMMOperator``; a variant becomes ``kernel=VARIANT`` (e.g. bcsr:v0 ... bcsr:v4, the ablation
+# ladder; bcsr:baseline); without one the API's default kernel of the format runs. ``baseline`` alone is
+# the plain CUDA-core kernel over WCSR (the irregular format).
+NBSPMM_FORMATS = {
+    "bcsr": {"format": "bcsr"},
+    "wcsr": {"format": "wcsr"},
+    "baseline": {"format": "wcsr", "kernel": "baseline"},
+}
+# Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
+# held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
+NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr"}
+VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
+NBSPMM_OUT_DTYPE = "float32"
+
+
+def parse_kernel_name(name: str) -> tuple[str, str | None]:
+    """'bcsr:v3' -> ('bcsr', 'v3'); raises ValueError naming the known formats."""
+    fmt, separator, variant = name.partition(":")
+    if fmt not in NBSPMM_FORMATS:
+        raise ValueError(f"unknown kernel {name!r}: the format must be one of {sorted(NBSPMM_FORMATS)}, "
+                         f"optionally with :VARIANT (e.g. bcsr:v2)")
+    if separator and not VARIANT_PATTERN.match(variant):
+        raise ValueError(f"kernel {name!r}: the variant after ':' must be letters, digits, '_', '.' or '-'")
+    return fmt, (variant or None)
+
+
+class NbspmmCandidate:
+    """An nbspmm kernel through the host API: ``op = nbspmm.SpMMOperator(A, format=..., kernel=...,
+    dtype=..., out_dtype=np.float32)`` once, then ``op(B, out=C)`` per product, with B a torch tensor of
+    the case dtype and C a preallocated float32 torch tensor (one per rotated input set)."""
+
+    kind = NBSPMM
+
+    def __init__(self, name: str):
+        self.name = name
+        self.format, self.variant = parse_kernel_name(name)
+        self.storage = NBSPMM_STORAGE[self.format]
+
+    def _api(self):
+        try:
+            api = importlib.import_module("nbspmm.api")
+        except ModuleNotFoundError as exc:
+            if exc.name == "nbspmm.api":
+                raise NotBuiltYet("nbspmm.api does not exist yet") from None
+            raise
+        if not hasattr(api, "SpMMOperator"):
+            raise NotBuiltYet("nbspmm.api has no SpMMOperator yet")
+        return api
+
+    def _operator_kwargs(self, api) -> dict:
+        """SpMMOperator keywords; NotBuiltYet when the API's kernel table lacks the format or variant."""
+        kwargs = dict(NBSPMM_FORMATS[self.format])
+        if self.variant is not None:
+            kwargs["kernel"] = self.variant
+        table = getattr(api, "KERNELS", None)  # format -> {kernel name: ...}, when the API publishes it
+        if isinstance(table, dict):
+            if kwargs["format"] not in table:
+                raise NotBuiltYet(f"nbspmm.api has no format {kwargs['format']!r} yet "
+                                  f"(formats: {', '.join(table)})")
+            kernel = kwargs.get("kernel")
+            if kernel is not None and kernel not in table[kwargs["format"]]:
+                raise NotBuiltYet(f"nbspmm.api has no kernel {kernel!r} for {kwargs['format']!r} yet "
+                                  f"(kernels: {', '.join(table[kwargs['format']])})")
+        kwargs.setdefault("kernel", None)
+        return kwargs
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            self._operator_kwargs(self._api())
+        except NotBuiltYet as exc:
+            return False, str(exc)
+        except Exception as exc:  # an import error inside the API: say what it is
+            return False, f"nbspmm.api cannot be imported ({type(exc).__name__}: {exc})"
+        return True, ""
+
+    def supports(self, case) -> tuple[bool, str]:
+        return True, ""
+
+    def prepare(self, case, inputs: Inputs) -> "_NbspmmPrepared":
+        from nbspmm.bench.suites import numpy_dtype
+
+        api = self._api()
+        kwargs = self._operator_kwargs(api)
+        try:
+            op = api.SpMMOperator(case.csr(), dtype=numpy_dtype(case.dtype),
+                                  out_dtype=numpy_dtype(NBSPMM_OUT_DTYPE), **kwargs)
+        except NotImplementedError as exc:
+            raise NotBuiltYet(f"SpMMOperator({kwargs}): {exc or 'not implemented'}") from None
+        return _NbspmmPrepared(op, case, inputs, repr(op))
+
+
+class _NbspmmPrepared:
+    def __init__(self, op, case, inputs: Inputs, note: str):
+        from nbspmm.bench import gpu
+
+        torch = gpu.import_torch()
+        self.op = op
+        self.b = inputs.b
+        self.out = [torch.empty((case.m, case.n), dtype=torch.float32, device="cuda") for _ in inputs.b]
+        self.in_dtype = case.dtype
+        self.out_dtype = NBSPMM_OUT_DTYPE
+        self.note = note
+
+    def poison(self) -> None:
+        for out in self.out:
+            out.fill_(float("nan"))
+
+    def run(self, input_index: int):
+        try:
+            return self.op(self.b[input_index], out=self.out[input_index])
+        except NotImplementedError as exc:
+            raise NotBuiltYet(f"{self.note}(B, out=C): {exc or 'not implemented'}") from None
+
+    def to_host(self, out, columns):
+        from nbspmm.bench import gpu
+
+        return gpu.device_to_host(out, columns)
+
+    def release(self) -> None:
+        self.op = self.b = self.out = None

@@ -1,0 +1,181 @@
+"""Build speed of the formats on the CPU: ``python -m nbspmm.bench.format_speed``.
+
+Prints a Markdown table: for each matrix, ``BCSR.from_scipy`` (64 × 64, fp16) against scipy's
+``csr_array.tobsr((64, 64))`` on the same canonical float64 CSR, and ``WCSR.from_scipy`` (fp16) at the
+default 64 × 16 and at 16 × 16, in milliseconds and millions of nonzeros per second. The targets
+(formats issue): BCSR within 2× of ``tobsr``; WCSR at least 20 M nonzeros/s on one core, at 1M–10M
+nonzeros. Every time is the best of ``--repeat`` runs after one warm-up run (NumPy runs these builds
+on one core).
+
+Matrices: generated at each ``--nnz`` (default 1M, 3M, 10M):
+* ``uniform``: uniformly placed nonzeros, density 5%, square, sides a multiple of 64 (``tobsr``
+  needs whole blocks);
+* ``power-law``: a Chung–Lu graph, 16 nonzeros per row on average, row and column weights
+  ∝ rank^-POWER_LAW_EXPONENT (a few very long rows and hot columns), square;
+and the largest shipped real matrix (by nonzeros), padded with empty rows/columns to a multiple of 64.
+BCSR is skipped (—) where ``tobsr`` would allocate more than ``--bcsr-limit-gb`` of float64 blocks.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+import formats
+
+BLOCK = (64, 64)
+WCSR_SIZES = ((64, 16), (16, 16))  # (window_rows, tile_cols): the default, and a narrow window
+DTYPE = np.float16
+UNIFORM_DENSITY = 0.05
+POWER_LAW_NNZ_PER_ROW = 16
+POWER_LAW_EXPONENT = 0.8
+DEFAULT_NNZ = (1_000_000, 3_000_000, 10_000_000)
+DATA_DIR = Path(__file__).parents[1] / "data"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Matrices.
+# ---------------------------------------------------------------------------------------------------
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def uniform(nnz: int, rng: np.random.Generator) -> sp.csr_array:
+    side = _round_up(int(np.sqrt(nnz / UNIFORM_DENSITY)), BLOCK[0])
+    return _from_coordinates(rng.integers(0, side, nnz), rng.integers(0, side, nnz), (side, side), rng)
+
+
+def power_law(nnz: int, rng: np.random.Generator) -> sp.csr_array:
+    side = _round_up(nnz // POWER_LAW_NNZ_PER_ROW, BLOCK[0])
+    weights = np.arange(1, side + 1, dtype=np.float64) ** -POWER_LAW_EXPONENT
+    cdf = np.cumsum(weights / weights.sum())
+    # Repeated coordinates (a few, on the hot rows and columns) are merged: nnz ends slightly lower.
+    rows = np.minimum(np.searchsorted(cdf, rng.random(nnz)), side - 1)
+    cols = rng.permutation(side)[np.minimum(np.searchsorted(cdf, rng.random(nnz)), side - 1)]
+    return _from_coordinates(rows, cols, (side, side), rng)
+
+
+def _from_coordinates(rows, cols, shape, rng) -> sp.csr_array:
+    A = sp.coo_array((rng.standard_normal(rows.size), (rows, cols)), shape=shape).tocsr()
+    A.sum_duplicates()
+    return A
+
+
+def largest_real() -> tuple[str, sp.csr_array]:
+    paths = sorted(p for p in DATA_DIR.iterdir() if p.suffix in (".mtx", ".npz"))
+    loaded = [(p.name, sp.csr_array(scipy.io.mmread(p) if p.suffix == ".mtx" else sp.load_npz(p))) for p in paths]
+    name, A = max(loaded, key=lambda item: item[1].nnz)
+    A = A.astype(np.float64)
+    A.resize((_round_up(A.shape[0], BLOCK[0]), _round_up(A.shape[1], BLOCK[1])))
+    A.sum_duplicates()
+    return name, A
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing.
+# ---------------------------------------------------------------------------------------------------
+def best_ms(fn, repeat: int) -> float:
+    fn()  # warm-up: first touch of the output memory, caches
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
+
+
+def measure(name: str, A: sp.csr_array, repeat: int, bcsr_limit_bytes: float) -> dict:
+    row = {"matrix": name, "shape": A.shape, "nnz": A.nnz}
+    grid_blocks = (A.shape[0] // BLOCK[0]) * (A.shape[1] // BLOCK[1])
+    tobsr_bytes = min(A.nnz, grid_blocks) * BLOCK[0] * BLOCK[1] * np.dtype(np.float64).itemsize
+    if tobsr_bytes <= bcsr_limit_bytes:
+        row["bcsr_ms"] = best_ms(lambda: formats.BCSR.from_scipy(A, BLOCK, DTYPE), repeat)
+        row["tobsr_ms"] = best_ms(lambda: A.tobsr(BLOCK), repeat)
+        row["nnzb"] = formats.BCSR.from_scipy(A, BLOCK, DTYPE).nnzb
+    for h, kt in WCSR_SIZES:
+        row[f"wcsr_{h}x{kt}_ms"] = best_ms(lambda: formats.WCSR.from_scipy(A, h, kt, DTYPE), repeat)
+    w = formats.WCSR.from_scipy(A, *WCSR_SIZES[0], DTYPE)
+    row["slots_per_nnz"] = w.tiles.size / max(A.nnz, 1)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report.
+# ---------------------------------------------------------------------------------------------------
+def environment() -> list[str]:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    repo = Path(__file__).parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        commit = f"working tree on top of {head}" if dirty else head
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    return [f"date: {datetime.date.today().isoformat()}",
+            f"machine: {platform.machine()}, {cpu}, numpy {np.__version__}, scipy {scipy.__version__}",
+            f"commit: {commit}"]
+
+
+def _ms(row: dict, key: str) -> str:
+    return f"{row[key]:.1f}" if key in row else "—"
+
+
+def table(rows: list[dict]) -> str:
+    wcsr_cols = [f"WCSR {h}×{kt} ms | M nnz/s" for h, kt in WCSR_SIZES]
+    header = (f"| matrix | shape | nnz | BCSR {BLOCK[0]}×{BLOCK[1]} ms | tobsr ms | ratio | "
+              + " | ".join(wcsr_cols) + " | slots/nnz (64×16) |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        ratio = f"{r['bcsr_ms'] / r['tobsr_ms']:.2f}" if "bcsr_ms" in r else "—"
+        wcsr = []
+        for h, kt in WCSR_SIZES:
+            ms = r[f"wcsr_{h}x{kt}_ms"]
+            wcsr += [f"{ms:.1f}", f"{r['nnz'] / ms / 1e3:.1f}"]
+        lines.append(f"| {r['matrix']} | {r['shape'][0]}×{r['shape'][1]} | {r['nnz']:,} | {_ms(r, 'bcsr_ms')} | "
+                     f"{_ms(r, 'tobsr_ms')} | {ratio} | " + " | ".join(wcsr) + f" | {r['slots_per_nnz']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nnz", type=lambda s: [int(float(x)) for x in s.split(",")], default=list(DEFAULT_NNZ),
+                        help="comma-separated nonzero counts of the generated matrices (default 1e6,3e6,1e7)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (best is kept)")
+    parser.add_argument("--bcsr-limit-gb", type=float, default=3.0,
+                        help="skip BCSR/tobsr where tobsr's float64 blocks would exceed this")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for nnz in args.nnz:
+        for family, make in (("uniform", uniform), ("power-law", power_law)):
+            rows.append(measure(f"{family} {nnz / 1e6:g}M", make(nnz, rng), args.repeat, args.bcsr_limit_gb * 2**30))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    name, A = largest_real()
+    rows.append(measure(f"{name} (padded to ×64)", A, args.repeat, args.bcsr_limit_gb * 2**30))
+    print()
+    print("\n".join(environment()))
+    print()
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""``python -m nbspmm report results.json [more.json] [--out snippet.md] [--plot DIR]``.
+
+Turns result files into the Markdown that BENCHMARKS.md holds: per file a header line "date, GPU,
+commit", the ceilings measured at the start of that run, and per suite
+    * the times: cases × candidates, median µs per product (or the status where a row was not timed);
+    * the geometric-mean speedup of each candidate over each peer (peer time / candidate time);
+    * throughput: TFLOP/s (useful and dense-equivalent), TB/s, fractions of the copy bandwidth and of
+      the cuBLAS rate, and the host cost per call, for the nbspmm kernels (for every candidate when no
+      kernel ran);
+    * what went wrong (wrong results, errors), with the reasons.
+Works on any machine: it only reads JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nbspmm.bench import results as res
+from nbspmm.bench.candidates import NBSPMM, OK, WRONG, ERROR
+
+SYNTHETIC_BANNER = ("> **SYNTHETIC TEST DATA** — produced by fake candidates in the test suite; "
+                    "not a measurement of anything.")
+
+
+def _short_dtype(name: str | None) -> str:
+    return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(name or "", name or "?")
+
+
+def _percent(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _number(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def header_line(result: dict) -> str:
+    """'date, GPU, commit' — the line BENCHMARKS.md puts above each table."""
+    env = result["environment"]
+    gpu = env.get("gpu", {}).get("name", "unknown GPU")
+    commit = env.get("commit", {})
+    dirty = " (dirty)" if commit.get("dirty") else ""
+    return f"**{env.get('date', 'unknown date')[:10]}, {gpu}, commit {str(commit.get('hash', 'unknown'))[:12]}{dirty}**"
+
+
+def ceilings_line(result: dict) -> str:
+    ceilings = result["ceilings"]
+    gemm = ", ".join(f"{_short_dtype(k)} {v:.0f}" for k, v in ceilings.get("gemm_tflops", {}).items())
+    copy = ceilings.get("copy_tbps")
+    return (f"Ceilings measured at the start of the run: device copy {copy:.2f} TB/s (read + write); "
+            f"cuBLAS dense GEMM {gemm or '-'} TFLOP/s.") if copy else "Ceilings: not measured."
+
+
+def times_table(result: dict, suite: str) -> str:
+    names = res.candidate_names(result)
+    by_key = {(r["case"], r["candidate"]): r for r in result["rows"]}
+    body = []
+    for case in (c for c in result["cases"] if c["suite"] == suite):
+        shape = f"{case['M']:,} × {case['K']:,}"
+        body.append([f"`{case['name']}`", shape, f"{case['nnz']:,}", str(case["N"]), _short_dtype(case["dtype"])]
+                    + [res.cell(by_key.get((case["name"], n))) for n in names])
+    return _markdown_table(["case", "M × K", "nnz", "N", "dtype"] + [f"`{n}`" for n in names], body)
+
+
+def speedup_table(result: dict, suite: str) -> str | None:
+    by_candidate = res.geomean_speedups(result).get(suite)
+    if not by_candidate:
+        return None
+    peers = sorted({p for by_peer in by_candidate.values() for p in by_peer})
+    body = [[f"`{name}`"] + [f"{by_candidate[name][p]['geomean']:.2f}× ({by_candidate[name][p]['cases']})"
+                             if p in by_candidate[name] else "-" for p in peers]
+            for name in res.candidate_names(result) if name in by_candidate]
+    return _markdown_table(["candidate"] + [f"vs `{p}`" for p in peers], body)
+
+
+def throughput_table(result: dict, suite: str) -> str | None:
+    rows = [r for r in result["rows"] if r["suite"] == suite and r["status"] == OK]
+    kernel_rows = [r for r in rows if r["kind"] == NBSPMM]
+    rows = kernel_rows or rows
+    if not rows:
+        return None
+    body = [[f"`{r['case']}`", f"`{r['candidate']}`", _number(r.get("median_us")), _number(r.get("iqr_us")),
+             _number(r.get("tflops_useful")), _number(r.get("tflops_dense_equiv")), _number(r.get("tbps"), 2),
+             _percent(r.get("frac_copy_bw")), _percent(r.get("frac_gemm_dense_equiv")), _number(r.get("host_us"))]
+            for r in rows]
+    return _markdown_table(["case", "candidate", "median µs", "IQR µs", "TFLOP/s useful", "TFLOP/s dense-eq.",
+                            "TB/s", "of copy BW", "dense-eq. of cuBLAS", "host µs/call"], body)
+
+
+def problems_list(result: dict, suite: str) -> str | None:
+    bad = [r for r in result["rows"] if r["suite"] == suite and r["status"] in (WRONG, ERROR)]
+    if not bad:
+        return None
+    return "\n".join(f"- `{r['case']}` / `{r['candidate']}`: **{r['status']}** — {r['reason']}" for r in bad)
+
+
+def render(result: dict) -> str:
+    """The Markdown for one result file."""
+    parts = [header_line(result)]
+    if result.get("synthetic_test_data"):
+        parts.append(SYNTHETIC_BANNER)
+    if not result.get("complete", True):
+        parts.append("> Incomplete run: the file was written before the last case finished.")
+    parts.append(ceilings_line(result))
+    suites = list(dict.fromkeys(c["suite"] for c in result["cases"]))
+    for suite in suites:
+        parts.append(f"#### Suite `{suite}`: median µs per product (status where not timed)")
+        parts.append(times_table(result, suite))
+        speedups = speedup_table(result, suite)
+        if speedups:
+            parts.append("Geometric-mean speedup over each peer (peer time / candidate time; > 1: faster; "
+                         "cases in brackets):")
+            parts.append(speedups)
+        throughput = throughput_table(result, suite)
+        if throughput:
+            parts.append("Throughput and fractions of the measured ceilings:")
+            parts.append(throughput)
+        problems = problems_list(result, suite)
+        if problems:
+            parts.append("Not timed because the result was wrong or the call failed:")
+            parts.append(problems)
+    return "\n\n".join(parts) + "\n"
+
+
+def render_many(documents: list[dict]) -> str:
+    return "\n---\n\n".join(render(d) for d in documents)
+
+
+# ---------------------------------------------------------------- the command
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="RESULT.json", help="result files written by `bench --out`")
+    parser.add_argument("--out", metavar="FILE.md", help="write the Markdown here instead of printing it")
+    parser.add_argument("--plot", metavar="DIR", help="also write the figures (matplotlib) into DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        documents = [res.load(path) for path in args.files]
+    except ValueError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    text = render_many(documents)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(text)
+    if args.plot:
+        from nbspmm.bench import plots
+
+        for index, document in enumerate(documents):
+            prefix = f"{index + 1}-" if len(documents) > 1 else ""
+            for path in plots.make_plots(document, args.plot, prefix):
+                print(f"wrote {path}")
+    return 0

@@ -1,0 +1,89 @@
+"""The ring of shared-memory stages that every TMA kernel here is built on.
+
+A ring of S stages, each with two mbarriers (PTX ISA §9.7.13.15, "mbarrier"):
+
+  full[s]   count 1. The producer arms it with ``mbarrier.arrive.expect_tx(bytes of one stage)``, which is
+            its one arrival *and* announces how many bytes the copies will deliver; each TMA copy into the
+            stage decrements the transaction count by the bytes it lands (``complete_tx``). The phase
+            completes when the arrival has happened and the count is back to zero: the stage is loaded.
+  empty[s]  count = consumer arrivals per stage (one per consumer warp). Consumers arrive once the
+            wgmma that read the stage has completed; then the producer may overwrite it.
+
+Phase parity. An mbarrier's current phase starts at 0; ``try_wait.parity(p)`` returns once the phase
+with parity p has completed. A consumer on its r-th trip round the ring waits on full[s] with parity
+r & 1. The producer waits on empty[s] with parity (r & 1) ^ 1: on its first trip (r = 0) that is
+parity 1, "the phase before phase 0", which counts as complete, so a fresh ring is immediately free.
+
+Every kernel keeps (stage, phase) as its ring position and moves it only through ``advance``: no kernel
+flips a parity bit itself. The functions are built by ``make_ring(n_stages, stage_bytes, consumer
+arrivals)`` because those numbers are compile-time constants of a kernel configuration.
+"""
+from __future__ import annotations
+
+from numba import cuda, uint32
+
+from ptx_snippets import (mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_init_fence,
+                          mbarrier_wait)
+
+MBARRIER_BYTES = 8  # an mbarrier object is one 64-bit word in shared memory
+
+
+def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
+    """Device functions for a ring of `n_stages` stages of `stage_bytes` bytes each.
+
+    Returns (init, advance, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier).
+    `bars` is the 32-bit shared address of 2 * n_stages mbarriers: full[0..S) then empty[0..S).
+    """
+    if n_stages < 1:
+        raise ValueError(f"a ring needs at least one stage; got {n_stages}")
+    S = n_stages
+    STAGE_BYTES = stage_bytes
+    CONSUMER_ARRIVALS = consumer_arrivals
+
+    @cuda.jit(device=True, forceinline=True)
+    def full_barrier(bars, stage):
+        return bars + uint32(MBARRIER_BYTES) * uint32(stage)
+
+    @cuda.jit(device=True, forceinline=True)
+    def empty_barrier(bars, stage):
+        return bars + uint32(MBARRIER_BYTES) * uint32(S + stage)
+
+    @cuda.jit(device=True, forceinline=True)
+    def init(bars):
+        """One thread: initialise every barrier, then one fence makes all the inits visible to the
+        async proxy (TMA) and to the other threads (after the caller's __syncthreads)."""
+        for s in range(S):
+            mbarrier_init(full_barrier(bars, s), uint32(1))
+            mbarrier_init(empty_barrier(bars, s), uint32(CONSUMER_ARRIVALS))
+        mbarrier_init_fence()
+
+    @cuda.jit(device=True, forceinline=True)
+    def advance(stage, phase):
+        """The next ring position: the parity flips each time the ring wraps."""
+        stage += 1
+        if stage == S:
+            return 0, phase ^ 1
+        return stage, phase
+
+    @cuda.jit(device=True, forceinline=True)
+    def producer_acquire(bars, stage, phase):
+        """Wait until the consumers have released this stage (see the module docstring for the ^ 1)."""
+        mbarrier_wait(empty_barrier(bars, stage), uint32(phase ^ 1))
+
+    @cuda.jit(device=True, forceinline=True)
+    def producer_arm(bars, stage):
+        """Arrive on full[stage] announcing the bytes the stage's copies will bring; returns the barrier
+        the copies must complete on."""
+        bar = full_barrier(bars, stage)
+        mbarrier_arrive_expect_tx(bar, uint32(STAGE_BYTES))
+        return bar
+
+    @cuda.jit(device=True, forceinline=True)
+    def consumer_wait(bars, stage, phase):
+        mbarrier_wait(full_barrier(bars, stage), uint32(phase))
+
+    @cuda.jit(device=True, forceinline=True)
+    def consumer_release(bars, stage):
+        mbarrier_arrive(empty_barrier(bars, stage))
+
+    return init, advance, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier

@@ -1,0 +1,73 @@
+"""`python -m nbspmm sass <kernel>`: the SASS of a registered kernel, compiled for sm_90a with no GPU.
+
+    python -m nbspmm sass --list                      # the registered kernel names
+    python -m nbspmm sass tma_wgmma_tile              # SASS, then a one-line summary
+    python -m nbspmm sass bcsr --grep 'HGMMA|UTMALDG' # only matching lines (+ the summary)
+    python -m nbspmm sass bcsr --ptx                  # the PTX instead
+
+The summary gives registers, spills, static shared memory and the counts of the instructions that show
+the asynchronous machinery is really there (HGMMA, UTMALDG, UTMASTG, UBLKCP, SYNCS, ...), and checks the
+kernel's ``expected_sass``: the exit status is 1 when one is missing.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+from nbspmm.kernels import registry
+from ptx_snippets.inspect import KernelInspection, inspect_kernel, missing_instructions, mnemonic_counts
+
+# Instruction families counted in the summary line.
+SUMMARY_MNEMONICS = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "UTMACCTL", "SYNCS", "ELECT", "USETMAXREG",
+                     "BAR", "REDG", "STG", "LDG")
+
+
+def inspect_registered(name: str) -> KernelInspection:
+    """Compile the registered kernel `name` for sm_90a (cached) and return its PTX, SASS and ptxas report."""
+    spec = registry.get(name)
+    fn, sig, opts = spec.build()
+    return inspect_kernel(fn, sig, **opts)
+
+
+def summary_line(name: str, inspection: KernelInspection, expected=()) -> str:
+    counts = mnemonic_counts(inspection.sass)
+    present = ", ".join(f"{m} {counts[m]}" for m in SUMMARY_MNEMONICS if counts.get(m))
+    missing = missing_instructions(inspection.sass, expected)
+    check = ("expected " + ", ".join(expected) + (f": MISSING {', '.join(missing)}" if missing else ": all present")
+             if expected else "no expected instructions registered")
+    return f"{name} [sm_90a]: {inspection.info.summary()} | {present or 'no async instructions'} | {check}"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("kernel", nargs="?", help="a registered kernel name (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the registered kernels and exit")
+    parser.add_argument("--ptx", action="store_true", help="print the PTX instead of the SASS")
+    parser.add_argument("--grep", metavar="PATTERN", help="print only the lines matching this regular expression")
+    parser.add_argument("--summary", action="store_true", help="print only the summary line")
+
+
+def run(args) -> int:
+    if args.list:
+        for name in registry.names():
+            print(f"{name:24s} {registry.get(name).description}")
+        return 0
+    if not args.kernel:
+        print("python -m nbspmm sass: name a kernel (or --list)", file=sys.stderr)
+        return 2
+    try:
+        spec = registry.get(args.kernel)
+    except KeyError as exc:
+        print(f"python -m nbspmm sass: {exc.args[0]}", file=sys.stderr)
+        return 2
+    inspection = inspect_registered(args.kernel)
+    if not args.summary:
+        text = inspection.ptx if args.ptx else inspection.sass
+        lines = text.splitlines()
+        if args.grep:
+            pattern = re.compile(args.grep)
+            lines = [line for line in lines if pattern.search(line)]
+        print("\n".join(lines))
+        for note in inspection.notes:
+            print(f"# ptxas: {note}")
+    print(summary_line(args.kernel, inspection, spec.expected_sass))
+    return 1 if missing_instructions(inspection.sass, spec.expected_sass) else 0

@@ -1,0 +1,348 @@
+"""Which element of the 64 × N tile each accumulator register of each thread holds — one definition.
+
+PTX ISA §9.7.15.5.1.1.1 "Matrix Fragments for wgmma.mma_async.m64nNk16", Figure 149 (accumulator D) and
+Figure 148 (A in registers):
+https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-register-fragment-wgmma-64n16
+
+For thread t of the warpgroup (0..127), warp w = t // 32, lane l = t % 32, and f32 register r
+(0 .. N/2 − 1), with j = r // 4 (which 8-column group)::
+
+    row(t, r) = 16·w + l // 4 + 8·((r // 2) % 2)      # registers 4j+2, 4j+3 sit 8 rows lower
+    col(t, r) = 8·j + 2·(l % 4) + r % 2                # registers come in horizontal pairs
+
+(verified on the H200 for m64nNk16 f32, DESIGN.md §5). :func:`fragment_coords` is that formula; the host
+layout (:func:`accumulator_layout`), the device epilogues (:func:`make_fragment_store`,
+:func:`make_fragment_atomic_add`, :func:`make_fragment_load`) and the notebooks all call it.
+
+The A fragment of ``wgmma ... m64nNk16`` with A in registers (four 32-bit registers = eight 16-bit
+values per thread) follows the same map: value e of thread t holds A[row(t, e), col(t, e)] — the
+layout of an N = 16 accumulator (Figure 148; per warp it is mma.m16n8k16's A fragment). Register i
+packs values 2i (low half) and 2i + 1 (high half).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from llvmlite import ir
+from numba import cuda, types
+from numba.cuda import cgutils
+
+from ._asm import (F32, I16, I32, I64, PTXUsageError, asm, check_array, check_int_value, check_integer,
+                   check_unituple, intrinsic, make_typer)
+from .wgmma import (A_FRAGMENT_REGS, WARPGROUP_THREADS, WGMMA_K, WGMMA_M, WGMMA_N_MAX, WGMMA_N_MIN,
+                    WGMMA_N_STEP, accumulator_size)
+
+WARP = 32
+ROWS_PER_WARP = 16         # a warp owns 16 consecutive rows of the 64-row tile
+LANES_PER_ROW = 4          # 4 lanes share a row, 2 columns each
+HALF_TILE_ROWS = 8         # registers 4j+2, 4j+3 are 8 rows below 4j, 4j+1
+COLS_PER_GROUP = 8         # register group j covers columns 8j .. 8j+7
+REGS_PER_GROUP = 4
+OUT_KINDS = ("f32", "f16", "bf16")
+
+
+def fragment_coords(thread, reg):
+    """(row, col) in the 64 × N tile of accumulator register `reg` of warpgroup thread `thread`.
+
+    Plain integer arithmetic: works on ints, on NumPy arrays (vectorized) and, compiled as
+    :data:`fragment_coords_device`, inside kernels.
+    """
+    warp = thread // WARP
+    lane = thread % WARP
+    row = ROWS_PER_WARP * warp + lane // LANES_PER_ROW + HALF_TILE_ROWS * ((reg // 2) % 2)
+    col = COLS_PER_GROUP * (reg // REGS_PER_GROUP) + 2 * (lane % LANES_PER_ROW) + reg % 2
+    return row, col
+
+
+fragment_coords_device = cuda.jit(device=True, inline=True)(fragment_coords)
+
+
+def _check_n(fn, n):
+    return check_int_value(fn, "n", n, lo=WGMMA_N_MIN, hi=WGMMA_N_MAX, multiple_of=WGMMA_N_STEP)
+
+
+def accumulator_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols): int arrays of shape (128, n // 2); rows[t, r], cols[t, r] locate register r of
+    thread t in the 64 × n tile. Every (row, col) of the tile appears exactly once."""
+    _check_n("accumulator_layout", n)
+    thread = np.arange(WARPGROUP_THREADS)[:, None]
+    reg = np.arange(accumulator_size(n))[None, :]
+    rows, cols = fragment_coords(thread, reg)
+    return rows.astype(np.int64), cols.astype(np.int64)
+
+
+def tile_from_fragments(values, n: int) -> np.ndarray:
+    """Scatter per-thread accumulator values (128 × n/2, as dumped from the registers) into the 64 × n tile."""
+    rows, cols = accumulator_layout(n)
+    values = np.asarray(values)
+    tile = np.zeros((WGMMA_M, n), dtype=values.dtype)
+    tile[rows, cols] = values
+    return tile
+
+
+def fragments_from_tile(tile, n: int) -> np.ndarray:
+    """The 128 × n/2 register values that hold the 64 × n `tile` (inverse of :func:`tile_from_fragments`)."""
+    rows, cols = accumulator_layout(n)
+    return np.asarray(tile)[rows, cols]
+
+
+A_FRAGMENT_VALUES = 2 * A_FRAGMENT_REGS      # 16-bit values per thread
+
+
+def a_fragment_layout() -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of shape (128, 8): value e of thread t of a register A fragment is A[rows[t, e], cols[t, e]]
+    of the 64 × 16 A tile (the N = 16 accumulator map)."""
+    thread = np.arange(WARPGROUP_THREADS)[:, None]
+    value = np.arange(A_FRAGMENT_VALUES)[None, :]
+    rows, cols = fragment_coords(thread, value)
+    return rows.astype(np.int64), cols.astype(np.int64)
+
+
+def pack_a_fragments(a_bits) -> np.ndarray:
+    """The (128, 4) uint32 registers of the A fragment of a 64 × 16 tile of 16-bit values (given as
+    uint16 bits, or float16): register i of thread t = value 2i | value 2i+1 << 16."""
+    a = np.asarray(a_bits)
+    if a.shape != (WGMMA_M, WGMMA_K) or a.itemsize != 2:
+        raise PTXUsageError(f"pack_a_fragments: expected a 64 x 16 array of 16-bit values, got {a.shape} {a.dtype}")
+    bits = a.view(np.uint16).astype(np.uint32)
+    rows, cols = a_fragment_layout()
+    vals = bits[rows, cols]
+    return vals[:, 0::2] | (vals[:, 1::2] << np.uint32(16))
+
+
+# ---- device epilogues ---------------------------------------------------------------------------------
+# Each epilogue is a small device function that places register 0 with fragment_coords_device and then
+# calls an intrinsic that emits the whole tile's stores as straight-line LLVM IR: one bounds-checked
+# block per register pair, every register index a constant (no run-time index into the tuple, so no
+# local-memory spill), the per-register (row, col) offsets taken from fragment_coords at build time.
+# (Generating the same code as numba source costs tens of seconds per N to compile: numba inlines
+# device functions by deep-copying their IR.)
+
+# numba type of the array's elements, and the LLVM type its data pointer points to (numba keeps float16
+# as i16 in memory).
+_ELEMENT = {"f32": (types.float32, F32), "f16": (types.float16, I16), "bf16": (types.uint16, I16)}
+_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def _offsets(n: int):
+    """(register, row offset, col offset) of every register relative to register 0, from
+    :func:`fragment_coords` (the offsets do not depend on the thread)."""
+    r0, c0 = fragment_coords(0, 0)
+    return [(reg, *(a - b for a, b in zip(fragment_coords(0, reg), (r0, c0)))) for reg in range(accumulator_size(n))]
+
+
+def _convert(builder, value, kind):
+    """float32 -> the stored element (f16: fptrunc = cvt.rn.f16.f32; bf16: cvt.rn.bf16.f32; both as bits)."""
+    if kind == "f32":
+        return value
+    if kind == "f16":
+        return builder.bitcast(builder.fptrunc(value, ir.HalfType()), I16)
+    return asm(builder, "cvt.rn.bf16.f32 $0, $1;", "=h,f", [value], ret=I16)
+
+
+def _widen(builder, value, kind):
+    """The stored element -> float32 (exact)."""
+    if kind == "f32":
+        return value
+    if kind == "f16":
+        return builder.fpext(builder.bitcast(value, ir.HalfType()), F32)
+    bits = builder.shl(builder.zext(value, I32), I32(16))
+    return builder.bitcast(bits, F32)
+
+
+def _element_ptr(builder, data, n_cols, row, col):
+    return builder.gep(data, [builder.add(builder.mul(row, n_cols), col)])
+
+
+def _emit_pair_store(builder, data, n_cols, row, col, v0, v1, kind):
+    elem_ll = _ELEMENT[kind][1]
+    itemsize = _ITEMSIZE[kind]
+    ptr = _element_ptr(builder, data, n_cols, row, col)
+    e0, e1 = _convert(builder, v0, kind), _convert(builder, v1, kind)
+    address = builder.ptrtoint(ptr, I64)
+    aligned = builder.icmp_unsigned("==", builder.and_(address, I64(2 * itemsize - 1)), I64(0))
+    with builder.if_else(aligned) as (vector, scalar):
+        with vector:                                  # one 8-byte (f32) / 4-byte (16-bit) store
+            vec_ty = ir.VectorType(elem_ll, 2)
+            vec = builder.insert_element(ir.Constant(vec_ty, ir.Undefined), e0, I32(0))
+            vec = builder.insert_element(vec, e1, I32(1))
+            builder.store(vec, builder.bitcast(ptr, vec_ty.as_pointer()), align=2 * itemsize)
+        with scalar:
+            builder.store(e0, ptr, align=itemsize)
+            builder.store(e1, builder.gep(ptr, [I64(1)]), align=itemsize)
+
+
+_RED = {"f32": ("red.global.add.f32 [$0], $1;", "l,f,~{memory}"),
+        "f16": ("red.global.add.noftz.f16 [$0], $1;", "l,h,~{memory}"),
+        "bf16": ("red.global.add.noftz.bf16 [$0], $1;", "l,h,~{memory}")}
+_KIND_OF_DTYPE = {types.float32: "f32", types.float16: "f16", types.uint16: "bf16"}
+
+
+def _emit_red(builder, ptr, value, kind):
+    """``red.global.add`` of one element (f16 / bf16: rounded first, ``.noftz``)."""
+    text, constraints = _RED[kind]
+    asm(builder, text, constraints, [builder.ptrtoint(ptr, I64), _convert(builder, value, kind)])
+
+
+def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str):
+    """The intrinsic ``name(acc, out, row, col)`` writing (mode "store") or adding (mode "add") the tile
+    whose register 0 belongs at out[row, col]. For "add", kind None takes the element kind from out's
+    dtype (float32 -> f32, float16 -> f16, uint16 -> bf16 bits)."""
+    nacc = accumulator_size(n)
+    pairs = _offsets(n)[::2]
+    allowed = tuple(_KIND_OF_DTYPE) if kind is None else (_ELEMENT[kind][0],)
+    wrapper = (f"make_fragment_store({n}, {kind!r})" if mode == "store"
+               else f"make_fragment_atomic_add({n}{'' if kind is None else ', ' + repr(kind)})")
+
+    def impl(typingctx, acc, out, row, col):
+        check_unituple(wrapper, "acc", acc, types.float32, nacc)
+        check_array(wrapper, "out", out, ndim=2, layout="C", dtypes=allowed)
+        check_integer(wrapper, "row0", row)
+        check_integer(wrapper, "col0", col)
+        elem_kind = _KIND_OF_DTYPE[out.dtype] if kind is None else kind
+
+        def codegen(context, builder, sig, args):
+            acc_v, out_v, r, c = args
+            ary = context.make_array(sig.args[1])(context, builder, value=out_v)
+            n_rows, n_cols = cgutils.unpack_tuple(builder, ary.shape, 2)
+            for reg, dr, dc in pairs:
+                rr = builder.add(r, I64(dr))
+                cc = builder.add(c, I64(dc))
+                v0 = builder.extract_value(acc_v, reg)
+                v1 = builder.extract_value(acc_v, reg + 1)
+                with builder.if_then(builder.icmp_signed("<", rr, n_rows)):
+                    if mode == "add":
+                        with builder.if_then(builder.icmp_signed("<", cc, n_cols)):
+                            _emit_red(builder, _element_ptr(builder, ary.data, n_cols, rr, cc), v0, elem_kind)
+                        cc1 = builder.add(cc, I64(1))
+                        with builder.if_then(builder.icmp_signed("<", cc1, n_cols)):
+                            _emit_red(builder, _element_ptr(builder, ary.data, n_cols, rr, cc1), v1, elem_kind)
+                        continue
+                    both = builder.icmp_signed("<", builder.add(cc, I64(1)), n_cols)
+                    with builder.if_else(both) as (pair, single):
+                        with pair:
+                            _emit_pair_store(builder, ary.data, n_cols, rr, cc, v0, v1, elem_kind)
+                        with single:
+                            with builder.if_then(builder.icmp_signed("<", cc, n_cols)):
+                                builder.store(_convert(builder, v0, elem_kind),
+                                              _element_ptr(builder, ary.data, n_cols, rr, cc))
+            return context.get_dummy_value()
+
+        return types.void(acc, out, types.int64, types.int64), codegen
+
+    return intrinsic(make_typer(name, ["acc", "out", "row0", "col0"], impl))
+
+
+def _load_intrinsic(name: str, n: int, kind: str):
+    nacc = accumulator_size(n)
+    offsets = _offsets(n)
+    elem_nb = _ELEMENT[kind][0]
+    acc_ty = types.UniTuple(types.float32, nacc)
+    wrapper = f"make_fragment_load({n}, {kind!r})"
+
+    def impl(typingctx, src, row, col):
+        check_array(wrapper, "src", src, ndim=2, layout="C", dtypes=(elem_nb,))
+        check_integer(wrapper, "row0", row)
+        check_integer(wrapper, "col0", col)
+
+        def codegen(context, builder, sig, args):
+            src_v, r, c = args
+            ary = context.make_array(sig.args[0])(context, builder, value=src_v)
+            n_rows, n_cols = cgutils.unpack_tuple(builder, ary.shape, 2)
+            values = []
+            for reg, dr, dc in offsets:
+                rr = builder.add(r, I64(dr))
+                cc = builder.add(c, I64(dc))
+                inside = builder.and_(builder.icmp_signed("<", rr, n_rows), builder.icmp_signed("<", cc, n_cols))
+                with builder.if_else(inside) as (then, otherwise):
+                    with then:
+                        loaded = _widen(builder, builder.load(_element_ptr(builder, ary.data, n_cols, rr, cc)), kind)
+                        then_block = builder.basic_block
+                    with otherwise:
+                        else_block = builder.basic_block
+                value = builder.phi(F32)
+                value.add_incoming(loaded, then_block)
+                value.add_incoming(ir.Constant(F32, 0.0), else_block)
+                values.append(value)
+            return context.make_tuple(builder, acc_ty, values)
+
+        return acc_ty(src, types.int64, types.int64), codegen
+
+    return intrinsic(make_typer(name, ["src", "row0", "col0"], impl))
+
+
+def make_fragment_store(n: int, out_kind: str = "f32"):
+    """``store(acc, out, row0, col0, thread)``: write the 64 × n f32 accumulator tile into the 2-D
+    C-contiguous array `out` with its (0, 0) at (row0, col0) (both ≥ 0), skipping elements past out's
+    shape (ragged M and N). `thread` is the thread's index in its warpgroup (0..127).
+
+    out_kind "f32" (float32 array), "f16" (float16, round to nearest even), "bf16" (uint16 holding
+    bf16 bits, ``cvt.rn.bf16.f32``). Each pair of adjacent columns is one 8-byte (f32) or 4-byte
+    (16-bit) store when its address is aligned, else two. Every register index is a compile-time
+    constant, so nothing spills to local memory. Cached per (n, out_kind).
+    """
+    _check_n("make_fragment_store", n)
+    if out_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_store: out_kind must be one of {OUT_KINDS}, got {out_kind!r}")
+    return _make_fragment_store(int(n), out_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_store(n: int, kind: str):
+    tile = _tile_intrinsic(f"store_tile_n{n}_{kind}", n, kind, "store")
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_store(acc, out, row0, col0, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(acc, out, row0 + r, col0 + c)
+
+    return fragment_store
+
+
+def make_fragment_atomic_add(n: int, out_kind: str | None = None):
+    """``add(acc, out, row0, col0, thread)``: like :func:`make_fragment_store`, but each element is added
+    atomically — for split windows / block rows whose partial tiles meet in the same C rows. Same bounds
+    rule. ``red.global.add.f32`` into float32 arrays (the intended use: exact up to fp32 rounding, order
+    independent up to it); float16 / uint16 (bf16 bits) arrays get ``red.global.add.noftz.f16`` /
+    ``.bf16``, rounding every partial sum to 16 bits. out_kind None accepts any of the three (taken from
+    the array's dtype, so one kernel body compiles for every output kind); "f32" / "f16" / "bf16" insists.
+    Cached per (n, out_kind)."""
+    _check_n("make_fragment_atomic_add", n)
+    if out_kind is not None and out_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_atomic_add: out_kind must be None or one of {OUT_KINDS}, got {out_kind!r}")
+    return _make_fragment_atomic_add(int(n), out_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_atomic_add(n: int, kind: str | None):
+    tile = _tile_intrinsic(f"add_tile_n{n}_{kind or 'any'}", n, kind, "add")
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_atomic_add(acc, out, row0, col0, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(acc, out, row0 + r, col0 + c)
+
+    return fragment_atomic_add
+
+
+def make_fragment_load(n: int, in_kind: str = "f32"):
+    """``load(src, row0, col0, thread) -> acc``: the inverse of the store — read the 64 × n tile of the
+    2-D C-contiguous array `src` at (row0, col0) into an accumulator tuple (zeros past src's shape).
+    For C += A·B epilogues, for tests, and for notebooks. Cached per (n, in_kind)."""
+    _check_n("make_fragment_load", n)
+    if in_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_load: in_kind must be one of {OUT_KINDS}, got {in_kind!r}")
+    return _make_fragment_load(int(n), in_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_load(n: int, kind: str):
+    tile = _load_intrinsic(f"load_tile_n{n}_{kind}", n, kind)
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_load(src, row0, col0, thread):
+        r, c = fragment_coords_device(thread, 0)
+        return tile(src, row0 + r, col0 + c)
+
+    return fragment_load

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Every GPU test and benchmark in one call, for the lent H200.
+
+    python scripts/gpu_suite.py --out $OUT [--tests PATTERN] [--sanitize] [--bench SUITE ...]
+
+Writes full logs under --out and prints a short table last (the device tool returns the tail of the
+output). GPU tests run with NBSPMM_REQUIRE_GPU=1, so a missing GPU fails them instead of skipping.
+
+On the device machine (Python 3.12, numba-cuda 0.30.4 with numpy 2.5, which it cannot launch with),
+install the carried numpy 2.4 wheel first:
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+RECORD: list[dict] = []      # per-module GPU test counts, written to gpu_tests.json for the notebooks
+
+
+def run_logged(cmd, log_path: Path, env=None, timeout=None) -> tuple[int, float]:
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(map(str, cmd)) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            log.write(f"\nTIMEOUT after {timeout} s\n")
+            rc = 124
+    return rc, time.time() - t0
+
+
+def environment(out: Path) -> list[tuple[str, str, str]]:
+    lines = []
+    with open(out / "environment.txt", "w") as f:
+        for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem", "--format=csv"],
+                    [sys.executable, "-c", "import numpy, numba, numba.cuda, scipy; print('numpy', numpy.__version__, "
+                     "'numba', numba.__version__, 'scipy', scipy.__version__); from numba import cuda; "
+                     "d=cuda.get_current_device(); print(d.name, d.compute_capability, 'SMs', d.MULTIPROCESSOR_COUNT)"],
+                    ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]):
+            try:
+                text = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout.strip()
+            except Exception as exc:  # a missing tool is reported, not fatal
+                text = f"{cmd[0]}: {exc}"
+            f.write(text + "\n")
+            lines.append(text)
+    return [("environment", "info", " | ".join(l.replace("\n", "; ") for l in lines)[:200])]
+
+
+def gpu_tests(out: Path, pattern: str | None) -> list[tuple[str, str, str]]:
+    """One pytest process per test module: a kernel fault leaves a CUDA context unusable (a "sticky"
+    error), so a fault in one module must not fail every module after it."""
+    env = dict(os.environ, NBSPMM_REQUIRE_GPU="1", PYTHONUNBUFFERED="1")
+    rows = []
+    total_rc = 0
+    xml_dir = Path(tempfile.mkdtemp(prefix="gpu_junit_"))   # the device returns only 8 files from --out
+    log_all = out / "gpu_tests.log"
+    log_all.write_text("")
+    for module in sorted((REPO / "tests" / "gpu").glob("test_*.py")):
+        xml_path = xml_dir / f"{module.stem}.xml"
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-rfEs", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={xml_path}", str(module.relative_to(REPO))]
+        if pattern:
+            cmd += ["-k", pattern]
+        module_log = xml_dir / f"{module.stem}.log"
+        rc, secs = run_logged(cmd, module_log, env=env, timeout=400)
+        with open(log_all, "a") as f:
+            f.write(f"\n{'=' * 30} {module.name} (rc={rc}, {secs:.0f} s) {'=' * 30}\n")
+            f.write(module_log.read_text(errors="replace"))
+        if rc == 5:      # pytest: no tests selected by the pattern in this module
+            continue
+        total_rc |= rc
+        passed = failed = skipped = 0
+        if xml_path.exists():
+            for case in ET.parse(xml_path).getroot().iter("testcase"):
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed += 1
+                elif case.find("skipped") is not None:
+                    skipped += 1
+                else:
+                    passed += 1
+        verdict = "PASS" if rc == 0 and passed else f"FAIL rc={rc}"
+        rows.append((module.stem, verdict, f"{passed} passed, {failed} failed, {skipped} skipped, {secs:.0f} s"))
+        RECORD.append({"module": module.stem, "passed": passed, "failed": failed, "skipped": skipped,
+                       "seconds": round(secs, 1)})
+    return rows
+
+
+def sanitize(out: Path) -> list[tuple[str, str, str]]:
+    tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    rows = []
+    for variant in ("v3", "v4"):
+        for check in SANITIZER_TOOLS:
+            log = Path(tempfile.mkdtemp()) / f"sanitize_{variant}_{check}.log"
+            rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
+                                   "scripts/sanitize_case.py", variant], log, timeout=300)
+            text = log.read_text(errors="replace")
+            with open(out / "sanitize.log", "a") as f:
+                f.write(f"\n{'=' * 30} {check} bcsr-{variant} (rc={rc}) {'=' * 30}\n{text}")
+            summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
+            verdict = "PASS" if rc == 0 and "case ok" in text else f"FAIL rc={rc}"
+            rows.append((f"sanitizer {check} bcsr-{variant}", verdict,
+                         f"errors={summary[-1] if summary else '?'}, {secs:.0f} s"))
+    return rows
+
+
+def recorded_environment() -> dict:
+    import datetime
+
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    except FileNotFoundError:
+        gpu = "no nvidia-smi"
+    return {"date": datetime.date.today().isoformat(), "gpu": gpu,
+            "commit": os.environ.get("NBSPMM_COMMIT", "unknown"), "dirty": os.environ.get("NBSPMM_DIRTY") == "1"}
+
+
+def record(out: Path) -> list[tuple[str, str, str]]:
+    rc, secs = run_logged([sys.executable, "scripts/record_results.py", "--out", str(out / "recorded")],
+                          out / "record.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=300)
+    return [("record timelines", "PASS" if rc == 0 else f"FAIL rc={rc}", f"{secs:.0f} s, recorded/")]
+
+
+def bench(out: Path, suite: str, extra: list[str]) -> list[tuple[str, str, str]]:
+    result = out / f"bench_{suite}.json"
+    cmd = [sys.executable, "-m", "nbspmm", "bench", "--suite", suite, "--out", str(result)] + extra
+    rc, secs = run_logged(cmd, out / f"bench_{suite}.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=540)
+    return [(f"bench {suite}", "PASS" if rc == 0 else f"FAIL rc={rc}", f"{secs:.0f} s, {result.name}")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="folder for logs and results")
+    parser.add_argument("--tests", nargs="?", const="", default=None,
+                        help="run the GPU tests (optionally only those matching this -k pattern)")
+    parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer on a small BCSR v3/v4 case")
+    parser.add_argument("--record", action="store_true", help="record the notebooks' timelines (recorded/)")
+    parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",
+                        help="benchmark suite, with extra bench arguments after a colon, e.g. "
+                             "'synthetic:--kernels bcsr --N 4096'")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = environment(args.out)
+    if args.tests is not None:
+        rows += gpu_tests(args.out, args.tests or None)
+    if args.sanitize:
+        rows += sanitize(args.out)
+    if args.record:
+        rows += record(args.out)
+    for spec in args.bench:
+        suite, _, extra = spec.partition(":")
+        rows += bench(args.out, suite, extra.split())
+    width = max(len(r[0]) for r in rows)
+    if RECORD:
+        (args.out / "gpu_tests.json").write_text(json.dumps({"environment": recorded_environment(),
+                                                             "rows": RECORD}, indent=1))
+    table = "\n".join(f"{name:<{width}}  {verdict:<10}  {detail}" for name, verdict, detail in rows)
+    (args.out / "summary.txt").write_text(table + "\n")
+    # The device tool returns at most 8 files: everything (logs, JSON, CSV, figures) also goes into one
+    # archive beside the summary.
+    with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
+        for path in sorted(args.out.rglob("*")):
+            if path.is_file() and path.name != "results.tar.gz":
+                tar.add(path, arcname=str(path.relative_to(args.out)))
+    print("\n" + "=" * 80 + "\n" + table)
+    return 0 if all(not r[1].startswith("FAIL") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

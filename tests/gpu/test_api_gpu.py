@@ -1,0 +1,98 @@
+"""The host API on the H200: inputs from numpy, numba, torch and cupy; out=; clear errors (marker gpu)."""
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import formats
+from nbspmm.bench.suites import load_matrix
+from tests.gpu.spmm_checks import block_sparse, check_product
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).parents[2] / "nbspmm" / "data"
+
+
+def _A(rng, dtype=np.float16):
+    return formats.BCSR.from_scipy(block_sparse(rng, 130, 200, block_density=0.5), dtype=dtype)
+
+
+def test_numpy_float64_B_is_cast():
+    from nbspmm.api import spmm
+
+    rng = np.random.default_rng(0)
+    A = _A(rng)
+    B = rng.standard_normal((200, 48))                  # float64: cast to A's dtype on the way in
+    C = spmm(A, B).copy_to_host()
+    ref = A.matmul_reference(B.astype(np.float16))
+    assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < 1e-4
+
+
+def test_numba_device_B_and_out():
+    from numba import cuda
+
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(1)
+    A = _A(rng)
+    op = SpMMOperator(A)
+    B = cuda.to_device(rng.standard_normal((200, 64)).astype(np.float16))
+    out = cuda.to_device(np.full((130, 64), np.nan, np.float32))
+    C = op(B, out=out)
+    assert C.__cuda_array_interface__["data"][0] == out.__cuda_array_interface__["data"][0]
+    ref = A.matmul_reference(B.copy_to_host())
+    assert np.linalg.norm(C.copy_to_host() - ref) / np.linalg.norm(ref) < 1e-4
+
+
+def test_torch_tensors_zero_copy_fp16_and_bf16():
+    torch = pytest.importorskip("torch")
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(2)
+    for dtype, tdtype in ((np.float16, torch.float16), (ml_dtypes.bfloat16, torch.bfloat16)):
+        A = _A(rng, dtype)
+        Bt = torch.randn(200, 40, device="cuda", dtype=tdtype)
+        C = SpMMOperator(A)(Bt)
+        Ct = torch.as_tensor(C, device="cuda")          # wraps the result without a copy
+        ref = A.matmul_reference(Bt.float().cpu().numpy())
+        assert torch.linalg.norm(Ct.double().cpu() - torch.from_numpy(ref)) / np.linalg.norm(ref) < 1e-4
+
+
+def test_cupy_B():
+    cupy = pytest.importorskip("cupy")
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(3)
+    A = _A(rng)
+    B = cupy.asarray(rng.standard_normal((200, 24)).astype(np.float16))
+    C = cupy.asarray(SpMMOperator(A)(B))
+    ref = A.matmul_reference(cupy.asnumpy(B))
+    assert float(cupy.linalg.norm(C - cupy.asarray(ref)) / np.linalg.norm(ref)) < 1e-4
+
+
+def test_errors_name_the_problem():
+    from numba import cuda
+
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(4)
+    op = SpMMOperator(_A(rng))
+    with pytest.raises(ValueError, match="must have 200 rows"):
+        op(np.zeros((199, 8), np.float16))
+    with pytest.raises(TypeError, match="dtype float16"):
+        op(cuda.to_device(np.zeros((200, 8), np.float32)))
+    with pytest.raises(ValueError, match="out must have shape"):
+        op(np.zeros((200, 8), np.float16), out=cuda.device_array((130, 9), np.float32))
+    with pytest.raises(ValueError, match="no kernel"):
+        SpMMOperator(_A(rng), kernel="v9")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz")))
+def test_real_matrices_both_formats(name):
+    from nbspmm.api import SpMMOperator
+
+    A = load_matrix(DATA / name).matrix          # values scaled to |v| <= 1: fp16 holds them
+    rng = np.random.default_rng(len(name))
+    B = rng.standard_normal((A.shape[1], 64)).astype(np.float16)
+    for fmt in (formats.BCSR.from_scipy(A, dtype=np.float16), formats.WCSR.from_scipy(A, dtype=np.float16)):
+        check_product(SpMMOperator(fmt), fmt, B, np.float32, f"{name} {type(fmt).__name__}")

@@ -1,0 +1,104 @@
+"""The BCSR kernels on the H200: every ladder rung against scipy in float64 (marker gpu)."""
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import formats
+from tests.gpu.spmm_checks import block_sparse, check_product
+
+pytestmark = pytest.mark.gpu
+
+LADDER = ("v0", "v1", "v2", "v3", "v4")
+
+
+def operator(A_fmt, variant, out_dtype=np.float32, **options):
+    from nbspmm.api import SpMMOperator
+
+    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, **options)
+
+
+@pytest.mark.parametrize("variant", LADDER)
+@pytest.mark.parametrize("block_density", [1.0, 0.5, 0.1, 0.01])
+def test_ladder_random_patterns(variant, block_density):
+    rng = np.random.default_rng(hash((variant, block_density)) % 2**32)
+    M, K, N = 333, 520, 264                       # none a multiple of the 64 x 64 block or the 256 tile
+    A = formats.BCSR.from_scipy(block_sparse(rng, M, K, block_density=block_density), dtype=np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} density {block_density}")
+
+
+@pytest.mark.parametrize("variant", ["v0", "v2", "v3", "v4"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
+def test_dtypes(variant, dtype, same_out):
+    rng = np.random.default_rng(11)
+    M, K, N = 200, 300, 136
+    A = formats.BCSR.from_scipy(block_sparse(rng, M, K, block_density=0.4), dtype=dtype)
+    B = rng.standard_normal((K, N)).astype(dtype)
+    out_dtype = dtype if same_out else np.float32
+    check_product(operator(A, variant, out_dtype), A, B, out_dtype, f"{variant} {np.dtype(dtype).name}")
+
+
+def _edge_matrices(rng):
+    M, K = 256, 384
+    one_dense_row = np.zeros((M, K))
+    one_dense_row[64:128, :] = rng.standard_normal((64, K))      # one block row holds most of the work
+    one_dense_row[200, 5] = 1.0
+    empty_rows = block_sparse(rng, M, K, block_density=0.5).toarray()
+    empty_rows[0:64] = 0
+    empty_rows[192:256] = 0
+    one_block = np.zeros((M, K))
+    one_block[70:80, 130:190] = rng.standard_normal((10, 60))
+    return {
+        "one-dense-block-row": sp.csr_array(one_dense_row),
+        "empty-block-rows": sp.csr_array(empty_rows),
+        "one-block": sp.csr_array(one_block),
+        "all-zero": sp.csr_array((M, K)),
+        "1x1": sp.csr_array(np.array([[2.5]])),
+        "tall-thin": sp.csr_array(rng.standard_normal((1000, 3)) * (rng.random((1000, 3)) < 0.5)),
+    }
+
+
+@pytest.mark.parametrize("variant", ["v1", "v3", "v4"])
+@pytest.mark.parametrize("case", ["one-dense-block-row", "empty-block-rows", "one-block", "all-zero", "1x1", "tall-thin"])
+def test_edge_cases(variant, case):
+    rng = np.random.default_rng(5)
+    A = formats.BCSR.from_scipy(_edge_matrices(rng)[case], dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} {case}")
+
+
+@pytest.mark.parametrize("max_blocks", [1, 2, 5])
+def test_split_block_rows(max_blocks):
+    """v4 with long block rows split into items that add into C atomically."""
+    rng = np.random.default_rng(max_blocks)
+    A = formats.BCSR.from_scipy(_edge_matrices(rng)["one-dense-block-row"], dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 300)).astype(np.float16)
+    op = operator(A, "v4", max_blocks=max_blocks)
+    assert op._prepared.plan.shared.any(), "the plan should split the dense block row"
+    check_product(op, A, B, np.float32, f"v4 split {max_blocks}")
+
+
+@pytest.mark.parametrize("N", [8, 9, 64, 136, 1000, 8192])
+def test_n_range(N):
+    rng = np.random.default_rng(N)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 192, 256, block_density=0.5), dtype=np.float16)
+    B = rng.standard_normal((256, N)).astype(np.float16)
+    check_product(operator(A, "v4"), A, B, np.float32, f"v4 N={N}")
+
+
+@pytest.mark.parametrize("variant", ["v0", "v2", "v4"])
+def test_block_k_128(variant):
+    rng = np.random.default_rng(3)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 200, 600, block_shape=(64, 128), block_density=0.5),
+                                block_shape=(64, 128), dtype=np.float16)
+    B = rng.standard_normal((600, 200)).astype(np.float16)
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} 64x128")
+
+
+def test_baseline_matches():
+    rng = np.random.default_rng(9)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 150, 170, block_density=0.5), dtype=np.float16)
+    B = rng.standard_normal((170, 40)).astype(np.float16)
+    check_product(operator(A, "baseline"), A, B, np.float32, "baseline bcsr")

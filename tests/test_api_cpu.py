@@ -1,0 +1,59 @@
+"""The host API and CLI on a machine without a GPU: clear errors, and what works anyway."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nbspmm.device import NoHopperGPU, hopper_status
+
+REPO = Path(__file__).parents[1]
+HAS_GPU = hopper_status()[0]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a Hopper GPU is present: the no-GPU error cannot be observed")
+def test_operator_without_gpu_says_why():
+    import scipy.sparse as sp
+
+    from nbspmm.api import SpMMOperator
+
+    with pytest.raises(NoHopperGPU, match="nbspmm needs a Hopper GPU: "):
+        SpMMOperator(sp.eye(10, format="csr"))
+
+
+def test_as_device_matrix_rejects_bad_host_input_before_any_copy():
+    from nbspmm.api import as_device_matrix
+
+    with pytest.raises(ValueError, match="must be 2-D"):
+        as_device_matrix(np.zeros(5), "f16", rows=5, name="B")
+    with pytest.raises(ValueError, match="must have 5 rows"):
+        as_device_matrix(np.zeros((4, 3)), "f16", rows=5, name="B")
+    with pytest.raises(TypeError, match="real floating-point"):
+        as_device_matrix(np.zeros((5, 3), dtype=np.int32), "f16", rows=5, name="B")
+    with pytest.raises(TypeError, match="must be a device array"):
+        as_device_matrix(np.zeros((5, 3)), "f32", rows=5, name="out", writable=True)
+    with pytest.raises(TypeError, match="__cuda_array_interface__"):
+        as_device_matrix([[1.0]], "f16", rows=1, name="B")
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "<!-- test-command -->" in readme and "<!-- test-command -->" in ci
+    block = readme.split("<!-- test-command -->", 1)[1].split("```")[1].strip()
+    assert "pytest" in block and "\n" not in block
+
+
+def test_demo_runs_without_gpu():
+    proc = subprocess.run([sys.executable, "-m", "nbspmm", "demo"], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "dwt_992.mtx" in proc.stdout and "BCSR" in proc.stdout and "WCSR" in proc.stdout
+    if not HAS_GPU:
+        assert "SpMM on the GPU skipped" in proc.stdout
+
+
+def test_cli_unknown_command_is_an_error():
+    proc = subprocess.run([sys.executable, "-m", "nbspmm", "frobnicate"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "invalid choice" in proc.stderr
