@@ -30,7 +30,8 @@ KERNELS = {
         "v0": "nbspmm.kernels.bcsr:prepare", "baseline": "nbspmm.kernels.baseline_launch:prepare",
     },
     "wcsr": {
-        "baseline": "nbspmm.kernels.baseline_launch:prepare",
+        "ws": "nbspmm.kernels.wcsr:prepare", "v3": "nbspmm.kernels.wcsr:prepare",
+        "v2": "nbspmm.kernels.wcsr:prepare", "baseline": "nbspmm.kernels.baseline_launch:prepare",
     },
 }
 FORMATS = tuple(KERNELS)

@@ -1,557 +1,72 @@
-"""BCSR SpMM on Hopper: TMA → shared-memory ring → wgmma, and its ablation ladder.
+"""BCSR SpMM on Hopper, and the ablation ladder (the paper's Figure 6) as configurations of the pipeline.
 
-Computes C[M, N] = A[M, K] @ B[K, N] for A a `formats.BCSR` with 64 × BK blocks (BK = 64 or 128),
-B dense row-major, fp16 or bf16 inputs, fp32 accumulation, C fp32 or the input dtype.
+C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 64 or 128), B dense K × N row-major,
+fp16 or bf16 inputs, fp32 accumulation, C fp32 or the input dtype. The kernel body is
+`nbspmm.kernels.tc_pipeline` (read its docstring for the stage layout and the work decomposition);
+this module says only what BCSR adds — a block's B rows are the BK consecutive rows starting at its
+block column · BK — and names the rungs:
 
-Work decomposition. A work item is (plan entry, N tile): one block row of A (64 rows of C) times a
-TILE_N-wide column slice of B. The plan (`formats.split_plan`) orders block rows by their number of
-blocks, largest first, so the hardware block scheduler (or the persistent loop) starts the longest
-work first. Items are rasterized in groups of N_GROUP column tiles: consecutive CTAs take the N_GROUP
-tiles of one block row (its A blocks are read from DRAM once and hit L2 after) before moving to the
-next block row, and the group's B slice (K × N_GROUP·TILE_N) stays resident in L2 across block rows.
-
-Per CTA, per block of the row (one "k-block"):
-
-    stage s of the ring                      consumer warpgroup g (g = 0, 1)
-    ┌──────────────┬──────────────────────┐  wgmma m64n{WG_N}k16 × (BK / 16):
-    │ A block      │ B tile               │    A: the stage's A block (K-major, 128-B swizzle)
-    │ 64 × BK      │ BK × TILE_N          │    B: columns [g·WG_N, (g+1)·WG_N) of the B tile
-    │ K-major      │ MN-major (N inner),  │       (MN-major, 128-B swizzle)
-    │ SW128        │ TILE_N/64 chunks of  │  accumulator: 64 × WG_N fp32 in registers
-    │              │ 64 cols × BK rows    │
-    └──────────────┴──────────────────────┘
-
-The ladder (each a configuration of the one kernel body below, `LADDER`):
   v0  synchronous cooperative loads (ld.global → swizzled st.shared) + wgmma, one stage
   v1  TMA, one stage: load, wait, multiply, repeat
-  v2  TMA, S stages, no specialization: thread 0 keeps S-1 loads in flight ahead of the multiplies
-  v3  warp-specialized: one producer warp issues TMA, two consumer warpgroups multiply; setmaxnreg
-      moves registers from the producer warpgroup to the consumers; one wgmma group kept in flight
-  v4  v3 with a persistent grid (one CTA per SM looping over the work items): the producer runs ahead
-      into the next item while the consumers finish the last one (fill / drain / epilogue overlap)
+  v2  TMA, 4 stages, no specialization: thread 0 keeps 3 loads in flight ahead of the multiplies
+  v3  warp-specialized: a producer warp issues TMA, two consumer warpgroups multiply (setmaxnreg
+      moves registers to them); one wgmma group kept in flight
+  v4  v3 on a persistent grid (one CTA per SM looping over the work items, largest first): fill,
+      drain and epilogue of one item overlap the next item's loads. The default.
 
-Constraints: BM = 64 (the wgmma M); BK ∈ {64, 128} (a multiple of the 64 fp16 that fill one 128-byte
-swizzle row); N is padded internally to a multiple of 8 when B's row pitch is not a multiple of 16
-bytes (TMA's stride rule), at the cost of one copy of B; C is written directly from registers with
-bounds checks, so M and N need not be multiples of anything.
+Splitting long block rows (``max_blocks``) turns their items into partial sums added atomically into
+fp32 C; by default rows are not split (the N tiles of a block row already spread it over many CTAs).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
-from numba import cuda, int32, int64, uint32, uint64
 
 import formats
-from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE
-from nbspmm.kernels.pipeline import make_ring
 from nbspmm.kernels.registry import KernelSpec, register
-from ptx_snippets import (clock64, elect_one, global_timer, fence_proxy_async_shared, global_addr, make_fragment_atomic_add,
-                          make_fragment_store, make_smem_descriptor, make_wgmma, make_zero_accumulator,
-                          setmaxnreg_dec, setmaxnreg_inc, shared_addr, tensormap_acquire_fence,
-                          tensormap_prefetch, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
-from ptx_snippets.descriptor import SWIZZLE_128B
-
-# ---- hardware rules the configuration is derived from ------------------------------------------
-WARP = 32
-WARPGROUP = 128                 # wgmma is issued by 4 consecutive warps
-BLOCK_M = 64                    # wgmma M: one block row of A per warpgroup tile
-MMA_K = 16                      # wgmma K for 16-bit inputs
-ELEMENT_BYTES = 2               # fp16 / bf16
-SWIZZLE_SPAN = 128              # bytes: one 128-byte-swizzled row; the TMA box's inner extent must fit it
-CHUNK_ELEMS = SWIZZLE_SPAN // ELEMENT_BYTES     # 64 elements per swizzled row
-SWIZZLE_ATOM_ROWS = 8           # the 128-byte swizzle pattern repeats every 8 rows (1024 bytes)
-SWIZZLE_ATOM_BYTES = SWIZZLE_ATOM_ROWS * SWIZZLE_SPAN
-SWIZZLE_UNIT = 16               # bytes: the swizzle permutes 16-byte units within a row
-K_STEP_BYTES_KMAJOR = MMA_K * ELEMENT_BYTES          # 32 B: the next k16 slice of a K-major SW128 tile
-K_STEP_BYTES_MNMAJOR = MMA_K * SWIZZLE_SPAN          # 2048 B: 16 K-rows further in an MN-major SW128 tile
-TMA_STRIDE_ALIGN = 16           # bytes: global strides of a tensor map must be multiples of 16
-MAX_DYNAMIC_SMEM = 227 * 1024   # sm_90 per-block opt-in limit
-# setmaxnreg: the producer warpgroup gives registers to the two consumer warpgroups.
-# 128 × 40 + 256 × 232 = 64,512 ≤ 65,536 registers per SM (one CTA per SM).
-PRODUCER_REGS = 40
-CONSUMER_REGS = 232
-
-# Timeline instrumentation (config.instrument): one recording thread per role writes, for each event,
-# (clock64 cycles, %globaltimer ns, event code, stage, k-block) into stamps[cta, role, slot, :].
-# Roles: 0 = the thread issuing TMA (the producer warp's elected lane, or thread 0 unspecialized),
-# 1 + g = thread 0 of consumer warpgroup g. clock64 resolves single k-blocks; %globaltimer (coarse)
-# aligns CTAs with each other.
-TIMELINE_EVENTS = ("tma_issue", "full_complete", "mma_start", "mma_end", "release", "epilogue_start",
-                   "epilogue_end")
-EV_TMA_ISSUE, EV_FULL, EV_MMA_START, EV_MMA_END, EV_RELEASE, EV_EPI_START, EV_EPI_END = range(len(TIMELINE_EVENTS))
-STAMP_FIELDS = 5                # cycles, globaltimer, event, stage, k-block
-TIMELINE_EVENT_CAP = 512        # events kept per role per CTA (later ones are dropped)
-
-
-@dataclass(frozen=True)
-class BcsrConfig:
-    """One rung of the ladder. Everything else is derived from these fields."""
-    name: str
-    loader: str                  # "sync" (cooperative ld/st) or "tma"
-    stages: int
-    specialized: bool            # producer warp + consumer warpgroups
-    persistent: bool             # grid of one CTA per SM looping over items
-    block_k: int = 64
-    consumer_wgs: int = 2
-    wg_n: int = 128              # columns of C per consumer warpgroup (the wgmma N)
-    n_group: int = 4             # column tiles per rasterization group (L2 reuse)
-    instrument: bool = False     # record per-role timeline stamps (see TIMELINE_EVENTS)
-    in_kind: str = "f16"
-    out_kind: str = "f32"
-
-    def __post_init__(self):
-        if self.loader not in ("sync", "tma"):
-            raise ValueError(f"loader must be 'sync' or 'tma'; got {self.loader!r}")
-        if self.block_k % CHUNK_ELEMS or self.block_k not in (64, 128):
-            raise ValueError(f"block_k must be 64 or 128 (a multiple of the {CHUNK_ELEMS}-element swizzle row); "
-                             f"got {self.block_k}")
-        if self.wg_n % CHUNK_ELEMS or not 64 <= self.wg_n <= 256:
-            raise ValueError(f"wg_n must be a multiple of {CHUNK_ELEMS} in [64, 256]; got {self.wg_n}")
-        if self.loader == "sync" and (self.stages != 1 or self.specialized):
-            raise ValueError("synchronous loads use one stage and no specialization")
-        if self.persistent and not self.specialized:
-            raise ValueError("the persistent schedule is built on the warp-specialized pipeline")
-        if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
-            raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
-        if self.smem_bytes > MAX_DYNAMIC_SMEM:
-            raise ValueError(f"{self.stages} stages of {self.stage_bytes} B need {self.smem_bytes} B of shared "
-                             f"memory; the limit is {MAX_DYNAMIC_SMEM}")
-
-    # -- derived sizes (bytes) --
-    @property
-    def tile_n(self):
-        return self.wg_n * self.consumer_wgs
-
-    @property
-    def a_chunks(self):            # 64-column chunks of an A block (each its own TMA box / swizzle region)
-        return self.block_k // CHUNK_ELEMS
-
-    @property
-    def a_chunk_bytes(self):
-        return BLOCK_M * SWIZZLE_SPAN
-
-    @property
-    def a_stage_bytes(self):
-        return self.a_chunks * self.a_chunk_bytes
-
-    @property
-    def b_chunks(self):            # 64-column chunks of the B tile
-        return self.tile_n // CHUNK_ELEMS
-
-    @property
-    def b_chunk_bytes(self):       # BK rows of one 128-byte swizzled row each
-        return self.block_k * SWIZZLE_SPAN
-
-    @property
-    def stage_bytes(self):
-        return self.a_stage_bytes + self.b_chunks * self.b_chunk_bytes
-
-    @property
-    def smem_bytes(self):
-        return self.stages * self.stage_bytes
-
-    @property
-    def threads(self):
-        return WARPGROUP * (self.consumer_wgs + (1 if self.specialized else 0))
-
-    @property
-    def consumer_warps(self):
-        return self.consumer_wgs * WARPGROUP // WARP
-
+from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, PreparedPipeline, SparseOperand, build_kernel_function,
+                                        fit_stages, kernel_signature)
 
 LADDER = {
-    "v0": BcsrConfig("v0", loader="sync", stages=1, specialized=False, persistent=False),
-    "v1": BcsrConfig("v1", loader="tma", stages=1, specialized=False, persistent=False),
-    "v2": BcsrConfig("v2", loader="tma", stages=4, specialized=False, persistent=False),
-    "v3": BcsrConfig("v3", loader="tma", stages=4, specialized=True, persistent=False),
-    "v4": BcsrConfig("v4", loader="tma", stages=4, specialized=True, persistent=True),
+    "v0": PipelineConfig("v0", loader="sync", stages=1, specialized=False, persistent=False),
+    "v1": PipelineConfig("v1", loader="tma", stages=1, specialized=False, persistent=False),
+    "v2": PipelineConfig("v2", loader="tma", stages=4, specialized=False, persistent=False),
+    "v3": PipelineConfig("v3", loader="tma", stages=4, specialized=True, persistent=False),
+    "v4": PipelineConfig("v4", loader="tma", stages=4, specialized=True, persistent=True),
 }
+BLOCK_KS = (64, 128)
 
 
-def build_kernel_function(cfg: BcsrConfig):
-    """The Python kernel function for one configuration (jit it with launch_bounds=(cfg.threads, 1))."""
-    (ring_init, advance, producer_acquire, producer_arm,
-     consumer_wait, consumer_release, _full_barrier) = make_ring(cfg.stages, cfg.stage_bytes, cfg.consumer_warps)
-    mma = make_wgmma(cfg.wg_n, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=0, trans_b=1)
-    zero_accumulator = make_zero_accumulator(cfg.wg_n)
-    store_tile = make_fragment_store(cfg.wg_n, cfg.out_kind)
-    # Split block rows add fp32 partial tiles atomically; plans for other output kinds are never split
-    # (PreparedBCSR refuses), so there the shared branch is dead and the plain store stands in for it.
-    add_tile = make_fragment_atomic_add(cfg.wg_n) if cfg.out_kind == "f32" else store_tile
-
-    SYNC_LOADS = cfg.loader == "sync"
-    INSTRUMENT = cfg.instrument
-    SPECIALIZED = cfg.specialized
-    STAGES = cfg.stages
-    N_BARRIERS = 2 * STAGES                   # full[0..S) then empty[0..S)
-    LOOKAHEAD = STAGES - 1                    # loads kept in flight ahead of the multiply (unspecialized)
-    PRODUCER_WG = cfg.consumer_wgs            # the last warpgroup produces (consumers are 0 .. wgs-1)
-    CONSUMER_THREADS = cfg.consumer_wgs * WARPGROUP
-    BK = cfg.block_k
-    K_STEPS = BK // MMA_K
-    K_STEPS_PER_CHUNK = CHUNK_ELEMS // MMA_K
-    WG_N, TILE_N, N_GROUP = cfg.wg_n, cfg.tile_n, cfg.n_group
-    A_CHUNKS, A_CHUNK_BYTES, A_STAGE_BYTES = cfg.a_chunks, cfg.a_chunk_bytes, cfg.a_stage_bytes
-    B_CHUNKS, B_CHUNK_BYTES = cfg.b_chunks, cfg.b_chunk_bytes
-    WG_B_OFFSET = (WG_N // CHUNK_ELEMS) * B_CHUNK_BYTES   # where warpgroup g's columns start in the B tile
-    STAGE_BYTES = cfg.stage_bytes
-    # Descriptor strides (PTX ISA "Matrix Descriptor Format"; layouts in ptx_snippets.descriptor):
-    # A, K-major SW128: 8-row core groups 1024 B apart (SBO); LBO unused for swizzled K-major (1).
-    A_LBO, A_SBO = 16, SWIZZLE_ATOM_BYTES
-    # B, MN-major SW128: 64-column chunks B_CHUNK_BYTES apart along N (LBO); 8-row K groups 1024 B (SBO).
-    B_LBO, B_SBO = B_CHUNK_BYTES, SWIZZLE_ATOM_BYTES
-    WORDS_PER_ROW = SWIZZLE_SPAN // 8          # 8-byte words in one 128-byte row (sync loader)
-    A_WORDS = BLOCK_M * (BK // 4)              # 8-byte words of one A block
-    B_ROWS_WORDS = TILE_N // 4                 # 8-byte words of one B tile row
-
-    @cuda.jit(device=True, forceinline=True)
-    def item_coords(item, n_plan, n_tiles_n):
-        """Work item -> (plan entry, column tile), rasterized in groups of N_GROUP column tiles."""
-        group = item // (n_plan * N_GROUP)
-        first_tile = group * N_GROUP
-        group_size = min(N_GROUP, n_tiles_n - first_tile)
-        rest = item - group * n_plan * N_GROUP
-        return rest // group_size, first_tile + rest % group_size
-
-    @cuda.jit(device=True, forceinline=True)
-    def swizzled_word(row, word):
-        """Byte offset of 8-byte word `word` of 128-byte row `row` in a 128-byte-swizzled region: the
-        16-byte unit index (word // 2) is XORed with the row's position in its 8-row atom."""
-        unit = (word // 2) ^ (row % SWIZZLE_ATOM_ROWS)
-        return row * SWIZZLE_SPAN + unit * SWIZZLE_UNIT + (word % 2) * 8
-
-    @cuda.jit(device=True, forceinline=True)
-    def load_stage_sync(smem_words, stage_off, tid, a_words, b_words, blk, k0, n0, K):
-        """v0: all consumer threads copy the A block and the B tile with ordinary loads and stores,
-        writing the same swizzled layout TMA would."""
-        n_words_b = b_words.shape[1]
-        for w in range(tid, A_WORDS, CONSUMER_THREADS):
-            r = w // (BK // 4)
-            cw = w % (BK // 4)                 # word within the block row: chunk cw // 16, word cw % 16
-            off = stage_off + (cw // WORDS_PER_ROW) * A_CHUNK_BYTES + swizzled_word(r, cw % WORDS_PER_ROW)
-            smem_words[off // 8] = a_words[blk * BLOCK_M + r, cw]
-        for w in range(tid, BK * B_ROWS_WORDS, CONSUMER_THREADS):
-            r = w // B_ROWS_WORDS
-            cw = w % B_ROWS_WORDS
-            k = k0 + r
-            gw = n0 // 4 + cw
-            value = uint64(0)
-            if k < K and gw < n_words_b:       # outside B: zeros, as TMA's out-of-bounds fill
-                value = b_words[k, gw]
-            off = (stage_off + A_STAGE_BYTES + (cw // WORDS_PER_ROW) * B_CHUNK_BYTES
-                   + swizzled_word(r, cw % WORDS_PER_ROW))
-            smem_words[off // 8] = value
-
-    @cuda.jit(device=True, forceinline=True)
-    def load_stage_tma(bars, stage, smem_base, a_map, b_map, blk, k0, n0):
-        """One elected thread: arm full[stage] with the stage's bytes, then issue its TMA copies."""
-        bar = producer_arm(bars, stage)
-        dst = smem_base + uint32(stage * STAGE_BYTES)
-        for c in range(A_CHUNKS):                      # coordinates innermost first: (column, row)
-            tma_load_2d(dst + uint32(c * A_CHUNK_BYTES), a_map, int32(c * CHUNK_ELEMS), int32(blk * BLOCK_M), bar)
-        for j in range(B_CHUNKS):
-            tma_load_2d(dst + uint32(A_STAGE_BYTES + j * B_CHUNK_BYTES), b_map,
-                        int32(n0 + j * CHUNK_ELEMS), int32(k0), bar)
-
-    @cuda.jit(device=True, forceinline=True)
-    def stamp(stamps, role, slot, event, stage, kblock):
-        """Record one timeline event (instrumented configurations only); returns the next slot."""
-        if INSTRUMENT:
-            if slot < TIMELINE_EVENT_CAP:
-                cta = cuda.blockIdx.x
-                stamps[cta, role, slot, 0] = int64(clock64())
-                stamps[cta, role, slot, 1] = int64(global_timer())
-                stamps[cta, role, slot, 2] = event
-                stamps[cta, role, slot, 3] = stage
-                stamps[cta, role, slot, 4] = kblock
-            return slot + 1
-        return slot
-
-    @cuda.jit(device=True, forceinline=True)
-    def multiply_stage(acc, smem_base, stage, g):
-        """wgmma over one k-block: BK/16 steps of m64n{WG_N}k16 into the warpgroup's accumulator."""
-        a_base = smem_base + uint32(stage * STAGE_BYTES)
-        b_base = a_base + uint32(A_STAGE_BYTES + g * WG_B_OFFSET)
-        wgmma_fence()                                   # accumulator registers are about to be async-written
-        for kk in range(K_STEPS):
-            a_addr = a_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
-                                     + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR)
-            b_addr = b_base + uint32(kk * K_STEP_BYTES_MNMAJOR)
-            acc = mma(acc, make_smem_descriptor(a_addr, A_LBO, A_SBO, SWIZZLE_128B),
-                      make_smem_descriptor(b_addr, B_LBO, B_SBO, SWIZZLE_128B), uint32(1))
-        wgmma_commit_group()
-        return acc
-
-    def kernel(rows, begins, ends, shared, indices, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps):
-        smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
-        smem_words = cuda.shared.array(0, dtype=np.uint64, alignment=1024)  # the same bytes, as words
-        bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
-        tid = cuda.threadIdx.x
-        wg = tid // WARPGROUP
-        lane = tid % WARP
-        smem_base = shared_addr(smem)
-        bars = shared_addr(bar_words)
-        n_plan = rows.shape[0]
-        n_items = n_plan * n_tiles_n
-        K = b_words.shape[0]
-        a_map_addr = global_addr(a_map)
-        b_map_addr = global_addr(b_map)
-
-        if tid == 0:
-            ring_init(bars)
-            if not SYNC_LOADS:
-                tensormap_acquire_fence(a_map_addr)   # the maps were written by a host copy: acquire them
-                tensormap_acquire_fence(b_map_addr)
-                tensormap_prefetch(a_map_addr)
-                tensormap_prefetch(b_map_addr)
-        cuda.syncthreads()
-
-        if SPECIALIZED and wg == PRODUCER_WG:
-            # ---- producer warpgroup: one elected thread of its first warp streams the ring ----
-            setmaxnreg_dec(PRODUCER_REGS)
-            if tid // WARP == PRODUCER_WG * (WARPGROUP // WARP) and elect_one():
-                stage, phase = 0, 0
-                slot = 0
-                for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
-                    p, t = item_coords(item, n_plan, n_tiles_n)
-                    for b in range(begins[p], ends[p]):
-                        producer_acquire(bars, stage, phase)
-                        load_stage_tma(bars, stage, smem_base, a_map_addr, b_map_addr, b, indices[b] * BK, t * TILE_N)
-                        slot = stamp(stamps, 0, slot, EV_TMA_ISSUE, stage, b - begins[p])
-                        stage, phase = advance(stage, phase)
-        else:
-            # ---- consumer warpgroups ----
-            if SPECIALIZED:
-                setmaxnreg_inc(CONSUMER_REGS)
-            g = wg
-            stage, phase = 0, 0                 # consumer ring position
-            pstage, pphase = 0, 0               # producer ring position (thread 0, unspecialized TMA)
-            recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
-            slot, pslot = 0, 0
-            for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
-                p, t = item_coords(item, n_plan, n_tiles_n)
-                begin = begins[p]
-                n_blocks = ends[p] - begin
-                n0 = t * TILE_N
-                if not SPECIALIZED and not SYNC_LOADS and tid == 0:
-                    for i in range(min(LOOKAHEAD, n_blocks)):          # prologue: fill the ring
-                        producer_acquire(bars, pstage, pphase)
-                        load_stage_tma(bars, pstage, smem_base, a_map_addr, b_map_addr,
-                                       begin + i, indices[begin + i] * BK, n0)
-                        pslot = stamp(stamps, 0, pslot, EV_TMA_ISSUE, pstage, i)
-                        pstage, pphase = advance(pstage, pphase)
-                acc = zero_accumulator()
-                prev_stage = 0
-                for i in range(n_blocks):
-                    b = begin + i
-                    if SYNC_LOADS:
-                        cuda.syncthreads()                         # every warp is done reading the stage
-                        load_stage_sync(smem_words, 0, tid, a_words, b_words, b, indices[b] * BK, n0, K)
-                        fence_proxy_async_shared()                 # generic-proxy stores -> async-proxy reads
-                        cuda.syncthreads()
-                    else:
-                        if not SPECIALIZED and tid == 0 and i + LOOKAHEAD < n_blocks:
-                            producer_acquire(bars, pstage, pphase)
-                            nb = b + LOOKAHEAD
-                            load_stage_tma(bars, pstage, smem_base, a_map_addr, b_map_addr, nb, indices[nb] * BK, n0)
-                            pslot = stamp(stamps, 0, pslot, EV_TMA_ISSUE, pstage, i + LOOKAHEAD)
-                            pstage, pphase = advance(pstage, pphase)
-                        consumer_wait(bars, stage, phase)
-                    if recorder:
-                        slot = stamp(stamps, 1 + g, slot, EV_FULL, stage, i)
-                    acc = multiply_stage(acc, smem_base, stage, g)
-                    if recorder:
-                        slot = stamp(stamps, 1 + g, slot, EV_MMA_START, stage, i)
-                    if SPECIALIZED:
-                        # Keep this k-block's wgmma in flight; the previous one is complete, so its
-                        # stage can go back to the producer.
-                        wgmma_wait_group(1)
-                        if i > 0:
-                            if lane == 0:
-                                consumer_release(bars, prev_stage)
-                            if recorder:
-                                slot = stamp(stamps, 1 + g, slot, EV_MMA_END, prev_stage, i - 1)
-                    else:
-                        wgmma_wait_group(0)
-                        if not SYNC_LOADS and lane == 0:
-                            consumer_release(bars, stage)
-                        if recorder:
-                            slot = stamp(stamps, 1 + g, slot, EV_MMA_END, stage, i)
-                    prev_stage = stage
-                    stage, phase = advance(stage, phase)
-                if SPECIALIZED and n_blocks > 0:
-                    wgmma_wait_group(0)
-                    if lane == 0:
-                        consumer_release(bars, prev_stage)
-                    if recorder:
-                        slot = stamp(stamps, 1 + g, slot, EV_MMA_END, prev_stage, n_blocks - 1)
-                # ---- epilogue: registers -> C (bounds-checked; ragged M and N) ----
-                if recorder:
-                    slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-                row0 = rows[p] * BLOCK_M
-                col0 = n0 + g * WG_N
-                if shared[p] != 0:
-                    add_tile(acc, C, row0, col0, tid % WARPGROUP)   # C rows pre-zeroed; other items add too
-                else:
-                    store_tile(acc, C, row0, col0, tid % WARPGROUP)
-                if recorder:
-                    slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
-
-    return kernel
+def operand(fmt: formats.BCSR, max_blocks: int | None = None) -> SparseOperand:
+    """The pipeline's view of a BCSR: its blocks stacked as rows, one block column per block."""
+    BM, BK = fmt.block_shape
+    if BM != BLOCK_M or BK not in BLOCK_KS:
+        raise ValueError(f"the BCSR tensor-core kernels take {BLOCK_M}x{BLOCK_KS[0]} or {BLOCK_M}x{BLOCK_KS[1]} "
+                         f"blocks; got {BM}x{BK} (build the BCSR with block_shape=({BLOCK_M}, {BLOCK_KS[0]}))")
+    values = np.asarray(fmt.data).view(np.uint16).reshape(-1, BK)
+    col_index = np.asarray(fmt.indices, dtype=np.int32).reshape(-1, 1)
+    return SparseOperand("bcsr", tuple(fmt.shape), BK, False, values, col_index,
+                         formats.split_plan(fmt, max_tiles=max_blocks))
 
 
-def kernel_signature(cfg: BcsrConfig):
-    from numba import from_dtype, types
-
-    i32 = types.int32[::1]
-    words = types.Array(types.uint64, 2, "C")
-    out = types.Array(from_dtype(DEVICE_DTYPE[cfg.out_kind]), 2, "C")
-    stamps = types.Array(types.int64, 4, "C")
-    return (i32, i32, i32, i32, i32, types.uint8[::1], types.uint8[::1], words, words, out, types.int32, stamps)
-
-
-_COMPILED: dict[BcsrConfig, object] = {}
-
-
-def compiled_kernel(cfg: BcsrConfig):
-    """The jitted kernel for a configuration, compiled once (eagerly, so its shared-memory limit can be set)."""
-    if cfg not in _COMPILED:
-        from ptx_snippets import set_dynamic_shared_memory
-
-        kernel = cuda.jit(kernel_signature(cfg), launch_bounds=(cfg.threads, 1))(build_kernel_function(cfg))
-        set_dynamic_shared_memory(kernel, kernel_signature(cfg), cfg.smem_bytes)
-        _COMPILED[cfg] = kernel
-    return _COMPILED[cfg]
-
-
-# ---- host side ---------------------------------------------------------------------------------
-
-@cuda.jit
-def _copy_padded(src, dst):
-    """dst[:, :src.shape[1]] = src; the padding columns stay zero (dst was zeroed)."""
-    r, c = cuda.grid(2)
-    if r < src.shape[0] and c < src.shape[1]:
-        dst[r, c] = src[r, c]
-
-
-@cuda.jit
-def _zero_block_rows(C, block_rows):
-    """Zero the rows of C belonging to `block_rows` (the block rows whose items accumulate atomically)."""
-    i, c = cuda.grid(2)
-    if i < block_rows.shape[0] * BLOCK_M and c < C.shape[1]:
-        row = block_rows[i // BLOCK_M] * BLOCK_M + i % BLOCK_M
-        if row < C.shape[0]:
-            C[row, c] = 0
-
-
-def padded_columns(n: int) -> int:
-    """N rounded up so that a 16-bit row pitch is a multiple of TMA's 16-byte stride rule."""
-    multiple = TMA_STRIDE_ALIGN // ELEMENT_BYTES
-    return -(-n // multiple) * multiple
-
-
-def sm_count() -> int:
-    return cuda.get_current_device().MULTIPROCESSOR_COUNT
-
-
-class PreparedBCSR:
-    """Device copy of a BCSR, its plan and A's tensor map; launches one configuration of the kernel."""
-
-    def __init__(self, fmt: formats.BCSR, cfg: BcsrConfig, max_blocks: int | None = None):
-        from ptx_snippets import encode_tiled
-
-        BM, BK = fmt.block_shape
-        if BM != BLOCK_M or BK != cfg.block_k:
-            raise ValueError(f"the {cfg.name} kernel takes {BLOCK_M}x{cfg.block_k} blocks; got {BM}x{BK} "
-                             f"(build the BCSR with block_shape=({BLOCK_M}, {cfg.block_k}))")
-        if max_blocks is not None and cfg.out_kind != "f32":
-            raise ValueError("splitting block rows accumulates partial sums atomically in fp32: "
-                             "use out_dtype=float32 with max_blocks")
-        self.name, self.cfg, self.format = cfg.name, cfg, fmt
-        self.kernel = compiled_kernel(cfg)
-        plan = formats.split_plan(fmt, max_tiles=max_blocks)
-        self.plan = plan
-        self.rows, self.begins, self.ends = (cuda.to_device(np.ascontiguousarray(a, dtype=np.int32))
-                                             for a in (plan.row, plan.begin, plan.end))
-        self.shared = cuda.to_device(np.ascontiguousarray(plan.shared, dtype=np.int32))
-        shared_rows = np.unique(np.asarray(plan.row)[np.asarray(plan.shared, dtype=bool)]).astype(np.int32)
-        self.shared_rows = cuda.to_device(shared_rows) if shared_rows.size else None
-        self.indices = cuda.to_device(np.ascontiguousarray(fmt.indices, dtype=np.int32)
-                                      if fmt.nnzb else np.zeros(1, np.int32))
-        # A's values as a (blocks·64) × BK matrix of 16-bit elements; one 64 × 64 TMA box per chunk.
-        # An empty matrix still gets one zero block so that the map (and the kernel's arguments) exist.
-        data = np.asarray(fmt.data).view(np.uint16).reshape(-1, BK) if fmt.nnzb else np.zeros((BLOCK_M, BK), np.uint16)
-        self.a_data = cuda.to_device(np.ascontiguousarray(data))
-        self.a_words = self.a_data.view(np.uint64)
-        self.a_map = encode_tiled(self.a_data, box=(BLOCK_M, CHUNK_ELEMS), swizzle="128B",
-                                  dtype="bf16" if cfg.in_kind == "bf16" else "f16")
-        self._b_maps: dict[tuple, object] = {}
-        self._pad_buffers: dict[tuple, object] = {}
-        self.n_ctas_persistent = sm_count()
-        self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
-
-    def _b_operand(self, B):
-        """B as TMA can address it (row pitch a multiple of 16 bytes), and its tensor map (cached per buffer)."""
-        from ptx_snippets import encode_tiled
-
-        K, N = B.shape
-        n_pad = padded_columns(N)
-        if n_pad != N:
-            key = (K, N)
-            if key not in self._pad_buffers:
-                self._pad_buffers[key] = cuda.to_device(np.zeros((K, n_pad), dtype=np.uint16))
-            padded = self._pad_buffers[key]
-            src = B.view(np.uint16)
-            _copy_padded[(math.ceil(K / 16), math.ceil(N / 16)), (16, 16)](src, padded)
-            B = padded
-        B16 = B.view(np.uint16)
-        key = (B16.__cuda_array_interface__["data"][0], K, n_pad)
-        if key not in self._b_maps:
-            self._b_maps[key] = (B16, encode_tiled(B16, box=(self.cfg.block_k, CHUNK_ELEMS), swizzle="128B",
-                                                   dtype="bf16" if self.cfg.in_kind == "bf16" else "f16"))
-        return self._b_maps[key]
-
-    def grid_size(self, N: int) -> int:
-        """CTAs launched for N columns: one per work item, or one per SM (persistent)."""
-        n_items = len(self.plan.row) * math.ceil(N / self.cfg.tile_n)
-        return min(n_items, self.n_ctas_persistent) if self.cfg.persistent else n_items
-
-    def launch(self, B, C, stamps=None):
-        """Enqueue C = A @ B. `stamps`: the timeline buffer of an instrumented configuration
-        (see `record_timeline`); uninstrumented kernels get a one-element placeholder."""
-        M, N = C.shape
-        if M == 0 or N == 0:
-            return
-        B16, b_map = self._b_operand(B)
-        n_tiles_n = math.ceil(N / self.cfg.tile_n)
-        grid = self.grid_size(N)
-        if grid == 0:
-            return
-        if self.shared_rows is not None:
-            rows = self.shared_rows.shape[0] * BLOCK_M
-            _zero_block_rows[(math.ceil(rows / 16), math.ceil(N / 16)), (16, 16)](C, self.shared_rows)
-        self.kernel[grid, self.cfg.threads, 0, self.cfg.smem_bytes](
-            self.rows, self.begins, self.ends, self.shared, self.indices, self.a_map.device, b_map.device,
-            self.a_words, B16.view(np.uint64), C, np.int32(n_tiles_n),
-            self._no_stamps if stamps is None else stamps)
-
-
-def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "v4", max_blocks: int | None = None, **overrides):
-    """The API's entry point: a PreparedBCSR for ladder rung `variant` (config fields may be overridden)."""
-    if not isinstance(fmt, formats.BCSR):
-        raise TypeError(f"the BCSR kernels take a formats.BCSR; got {type(fmt).__name__}")
+def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, **overrides) -> PipelineConfig:
     if variant not in LADDER:
         raise ValueError(f"unknown BCSR variant {variant!r}; the ladder is {', '.join(LADDER)}")
-    rung = LADDER[variant]
-    block_k = fmt.block_shape[1]
-    stages = overrides.pop("stages", rung.stages)
-    # A 64x128 block with its 128 x 256 B tile is 80 KB a stage: as many stages as shared memory holds.
-    stage_bytes = replace(rung, block_k=block_k, stages=1).stage_bytes
-    stages = min(stages, MAX_DYNAMIC_SMEM // stage_bytes)
-    cfg = replace(rung, in_kind=in_kind, out_kind=out_kind, block_k=block_k, stages=stages, **overrides)
-    return PreparedBCSR(fmt, cfg, max_blocks=max_blocks)
+    stages = overrides.pop("stages", LADDER[variant].stages)
+    one_stage = replace(LADDER[variant], block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind, **overrides)
+    return fit_stages(one_stage, stages)
+
+
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "v4", max_blocks: int | None = None,
+            **overrides) -> PreparedPipeline:
+    """The API's entry point: ladder rung `variant` prepared for `fmt` (config fields may be overridden)."""
+    if not isinstance(fmt, formats.BCSR):
+        raise TypeError(f"the BCSR kernels take a formats.BCSR; got {type(fmt).__name__}")
+    if max_blocks is not None and out_kind != "f32":
+        raise ValueError("splitting block rows (max_blocks) adds fp32 partial sums atomically: use out_dtype=float32")
+    cfg = config(variant, in_kind, out_kind, fmt.block_shape[1], **overrides)
+    return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 
 def _spec(variant: str):
@@ -570,56 +85,17 @@ for _variant in LADDER:
     register(_spec(_variant))
 
 
-ROLE_NAMES = ("producer", "consumer0", "consumer1")
-
-
 def record_timeline(A, N: int, variant: str = "v3", *, dtype=np.float16, seed: int = 0) -> dict:
-    """Run an instrumented configuration of rung `variant` once (after a warm-up run) on A @ B with a
-    random B of N columns; return the timeline record the notebooks draw:
-    ``{"kernel", "case", "clock_ghz", "rel_error", "events": [{cta, role, event, stage, kblock, cycles, t_ns}]}``.
-
-    t_ns is derived: each CTA's first %globaltimer stamp plus its clock64 cycles since then divided by
-    the SM clock, which is estimated from the run itself (cycles / globaltimer over every CTA's span),
-    because %globaltimer alone ticks too coarsely to resolve one k-block.
-    """
+    """An instrumented run of rung `variant` on A @ B (B random, N columns): the per-role timeline
+    record of `nbspmm.kernels.tc_pipeline.record_timeline` (what notebook 05 draws)."""
+    from nbspmm.kernels import tc_pipeline
     from nbspmm.kernels.dtypes import kind_of
 
     fmt = A if isinstance(A, formats.BCSR) else formats.BCSR.from_scipy(A, dtype=dtype)
     prepared = prepare(fmt, kind_of(fmt.dtype), "f32", variant=variant, instrument=True)
-    rng = np.random.default_rng(seed)
-    B_host = rng.standard_normal((fmt.shape[1], N)).astype(fmt.dtype)
-    B = cuda.to_device(B_host.view(np.uint16) if kind_of(fmt.dtype) == "bf16" else B_host)
-    C = cuda.device_array((fmt.shape[0], N), dtype=np.float32)
-    roles = prepared.cfg.consumer_wgs + 1
-    grid = prepared.grid_size(N)
-    stamps = cuda.to_device(np.full((grid, roles, TIMELINE_EVENT_CAP, STAMP_FIELDS), -1, dtype=np.int64))
-    prepared.launch(B, C, stamps=stamps)                   # warm-up: module load, first-touch
-    stamps = cuda.to_device(np.full((grid, roles, TIMELINE_EVENT_CAP, STAMP_FIELDS), -1, dtype=np.int64))
-    prepared.launch(B, C, stamps=stamps)
-    raw = stamps.copy_to_host()
-    ref = fmt.matmul_reference(B_host)
-    out = C.copy_to_host()
-    rel = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
-
-    valid = raw[..., 2] >= 0
-    cycles, gtimer = raw[..., 0], raw[..., 1]
-    spans_c, spans_t = [], []
-    for cta in range(grid):
-        v = valid[cta]
-        if v.sum() > 1:
-            spans_c.append(cycles[cta][v].max() - cycles[cta][v].min())
-            spans_t.append(gtimer[cta][v].max() - gtimer[cta][v].min())
-    clock_ghz = float(np.sum(spans_c) / np.sum(spans_t)) if np.sum(spans_t) > 0 else float("nan")
-    events = []
-    for cta, role, slot in zip(*np.nonzero(valid)):
-        v = valid[cta]
-        c0, t0 = cycles[cta][v].min(), gtimer[cta][v].min()
-        c, _, code, stage, kblock = (int(x) for x in raw[cta, role, slot])
-        events.append({"cta": int(cta), "role": ROLE_NAMES[role], "event": TIMELINE_EVENTS[code],
-                       "stage": stage, "kblock": kblock, "cycles": c,
-                       "t_ns": float(t0 + (c - c0) / clock_ghz)})
-    events.sort(key=lambda e: (e["cta"], e["t_ns"]))
-    return {"kernel": f"bcsr-{variant}", "case": {"M": fmt.shape[0], "K": fmt.shape[1], "N": N,
-                                                   "nnzb": fmt.nnzb, "dtype": np.dtype(fmt.dtype).name,
-                                                   "stages": prepared.cfg.stages, "grid": grid},
-            "clock_ghz": clock_ghz, "rel_error": rel, "events": events}
+    B = np.random.default_rng(seed).standard_normal((fmt.shape[1], N)).astype(fmt.dtype)
+    record = tc_pipeline.record_timeline(prepared, B, fmt.matmul_reference(B))
+    record["kernel"] = f"bcsr-{variant}"
+    record["case"]["nnzb"] = int(fmt.nnzb)
+    record["case"]["dtype"] = np.dtype(fmt.dtype).name
+    return record

@@ -145,17 +145,21 @@ def benchmark(specs, kernels: Sequence[str] = ("bcsr",), peers: str | Sequence[s
     return result
 
 
-def record_timeline(fmt, B_host: np.ndarray, variant: str = "v3", **options) -> dict:
-    """The instrumented BCSR kernel's timeline record (``nbspmm.teach.timeline`` format) for one product,
-    with this machine's environment. NotAvailable until ``nbspmm.kernels.bcsr.record_timeline`` exists."""
+def record_timeline(A, N: int, variant: str = "v3", **options) -> dict:
+    """The instrumented BCSR kernel's timeline record (``nbspmm.teach.timeline`` format) of one product
+    A @ B with a random B of N columns (``nbspmm.kernels.bcsr.record_timeline``), with this machine's
+    environment. NotAvailable when the kernels do not provide it."""
     import importlib
 
     require_gpu()
     module_name, attr = TIMELINE_FUNCTION
-    record_fn = getattr(importlib.import_module(module_name), attr, None)
+    try:
+        record_fn = getattr(importlib.import_module(module_name), attr, None)
+    except ModuleNotFoundError as exc:
+        raise NotAvailable(f"{module_name} cannot be imported ({exc})") from None
     if record_fn is None:
         raise NotAvailable(f"{module_name}.{attr} (the instrumented BCSR kernel) is not built yet")
-    record = record_fn(fmt, B_host, variant=variant, **options)
+    record = record_fn(A, N, variant, **options)
     if "environment" not in record:
         from nbspmm.bench import environment
 

@@ -127,6 +127,14 @@ def window_tiles(fmt: formats.WCSR, window: int):
     return values, kind, columns
 
 
+def window_with_padding(fmt: formats.WCSR, start: int = 0) -> int:
+    """The first window from ``start`` whose last tile has padding slots (its column count is not a
+    multiple of KT); ``start`` itself when there is none."""
+    counts = np.diff(np.asarray(fmt.col_ptr, dtype=np.int64))[start:]
+    hits = np.flatnonzero(counts % fmt.tile_cols)
+    return int(start + hits[0]) if hits.size else start
+
+
 def draw_window_tiles(fmt: formats.WCSR, window: int, ax=None, max_tiles: int = 8):
     """One window's condensed tiles: nonzeros (blue), stored zeros (light) and padding slots (pink), the
     A column of each slot below. The kernel moves and multiplies every cell drawn."""
@@ -198,25 +206,32 @@ def draw_swizzle(swizzle="128B", ax=None, lines: int = 8):
     return ax
 
 
-def draw_accumulator_map(n: int = 16, ax=None, annotate: bool | None = None):
-    """The 64 × n accumulator tile: each cell coloured by the warp that holds it (lighter for higher
-    lanes) and, for small n, labelled thread / register."""
+def draw_accumulator_map(n: int = 16, ax=None, rows: tuple[int, int] = (0, 64), cols: tuple[int, int] | None = None,
+                         annotate: bool | None = None):
+    """The 64 × n accumulator tile (or the ``rows`` × ``cols`` window of it): each cell coloured by the
+    warp that holds it (lighter for higher lanes) and, for small windows, labelled with the thread and
+    its register."""
     from matplotlib.colors import to_rgb
 
     thread, register = layouts.accumulator_owner_map(n)
-    ax = _axes(ax, figsize=(max(4, n / 3), 9))
+    r0, r1 = rows
+    c0, c1 = cols or (0, n)
+    thread, register = thread[r0:r1, c0:c1], register[r0:r1, c0:c1]
+    ax = _axes(ax, figsize=(max(4, (c1 - c0) / 2.5), max(4, (r1 - r0) / 4)))
     warp, lane = thread // 32, thread % 32
     rgb = np.array([to_rgb(c) for c in WARP_COLORS])[warp]
     shade = (0.55 + 0.45 * (lane / 31.0))[..., None]
-    ax.imshow(1 - (1 - rgb) * (1.6 - shade), aspect="auto", interpolation="nearest")
-    annotate = n <= 16 if annotate is None else annotate
+    ax.imshow(1 - (1 - rgb) * (1.6 - shade), aspect="auto", interpolation="nearest",
+              extent=(c0 - 0.5, c1 - 0.5, r1 - 0.5, r0 - 0.5))
+    annotate = (r1 - r0) * (c1 - c0) <= 256 if annotate is None else annotate
     if annotate:
-        for r in range(64):
-            for c in range(n):
-                ax.text(c, r, f"t{thread[r, c]}\nr{register[r, c]}", ha="center", va="center", fontsize=4)
-    ax.set_xlabel("column of C tile")
-    ax.set_ylabel("row of C tile")
-    ax.set_title(f"m64n{n} f32 accumulator: warp w holds rows 16w..16w+15 (colour); "
+        for r in range(r1 - r0):
+            for c in range(c1 - c0):
+                ax.text(c0 + c, r0 + r, f"t{thread[r, c]}\nr{register[r, c]}", ha="center", va="center", fontsize=6)
+    ax.set_xlabel("column of the C tile")
+    ax.set_ylabel("row of the C tile")
+    window = "" if (r0, r1, c0, c1) == (0, 64, 0, n) else f", rows {r0}-{r1 - 1}, columns {c0}-{c1 - 1}"
+    ax.set_title(f"m64n{n} f32 accumulator{window}\ncolour: warp (rows 16w..16w+15), lighter = higher lane; "
                  f"{n // 2} registers per thread", fontsize=9)
     return ax
 
@@ -390,16 +405,17 @@ def draw_roofline(costs, machine, ax=None):
 
 def draw_floors(costs, machine, measured=None, ax=None):
     """Per case: the memory floor and the compute floor (µs, log scale); ``measured`` {case name: (µs,
-    label)} adds a measured time with its source."""
+    label) or a list of them} adds measured times with their sources."""
     ax = _axes(ax, figsize=(7, 0.6 * len(costs) + 1.5))
     y = np.arange(len(costs))
     ax.barh(y - 0.2, [c.memory_us(machine) for c in costs], height=0.4, color="tab:blue", label="bytes / bandwidth")
     ax.barh(y + 0.2, [c.compute_us(machine) for c in costs], height=0.4, color="tab:orange",
             label="executed flops / tensor peak")
-    for name, (us, source) in (measured or {}).items():
+    for name, points in (measured or {}).items():
         i = [c.name for c in costs].index(name)
-        ax.plot([us], [i], "D", color="black")
-        ax.annotate(f"{us:g} µs {source}", (us, i), xytext=(4, 4), textcoords="offset points", fontsize=6)
+        for us, source in ([points] if isinstance(points, tuple) else points):
+            ax.plot([us], [i], "D", color="black")
+            ax.annotate(f"{us:g} µs {source}", (us, i), xytext=(4, 4), textcoords="offset points", fontsize=6)
     ax.set_yticks(y, [c.name for c in costs], fontsize=7)
     ax.set_xscale("log")
     ax.set_xlabel("µs")

@@ -36,3 +36,17 @@ def show(obj, start: str | None = None, end: str | None = None) -> None:
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
     print(f"# from {shown}")
     print(text)
+
+
+def doc_summary(obj) -> str:
+    """The first paragraph of a docstring, joined into one line; for the PTX wrappers, whose docstring
+    starts with their signature, 'signature: first paragraph'."""
+    paragraphs = [" ".join(p.split()) for p in textwrap.dedent(obj.__doc__ or "").strip().split("\n\n")]
+    paragraphs = [p for p in paragraphs if p]
+    if not paragraphs:
+        return getattr(obj, "__name__", repr(obj))
+    head = paragraphs[0]
+    is_signature = "(" in head and (head.endswith(")") or "->" in head)
+    if is_signature and len(paragraphs) > 1:
+        return f"{head}: {paragraphs[1]}"
+    return head

@@ -6,7 +6,10 @@ kernel from ``%globaltimer`` stamps)::
     {"environment": {"date", "gpu", "commit", ...},
      "kernel": "bcsr-v3", "case": {"M", "K", "N", ...},
      "events": [{"cta": int, "role": "producer" | "consumer0" | "consumer1", "event": EVENT,
-                 "stage": int, "kblock": int, "t_ns": int}, ...]}
+                 "stage": int, "kblock": int, "t_ns": number}, ...]}
+
+(other keys are allowed and ignored: the instrumented kernel adds "cycles" per event and "clock_ghz",
+"rel_error" per record; its t_ns are derived from clock64 cycles, so they may be fractional.)
 
     EVENT: tma_issue      producer: the stage's copies are issued (after its empty wait returned)
            full_complete  a consumer's wait on full[stage] returned: the stage has landed
@@ -25,6 +28,7 @@ is drawn with "SIMULATION" in its title and never passes for a measurement.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -37,7 +41,7 @@ SIMULATION_NOTE = "simulation of the ring protocol (nbspmm.teach.ring): a model,
 
 def check_record(record: dict) -> None:
     """Raise ValueError naming the first problem: missing keys, unknown roles or events, non-integer
-    fields, an mma_end or epilogue_end without its start."""
+    cta / stage / kblock, a non-finite t_ns, an mma_end or epilogue_end without its start."""
     if not isinstance(record, dict):
         raise ValueError(f"a timeline record is a JSON object, got {type(record).__name__}")
     for key in ("kernel", "case", "events"):
@@ -54,9 +58,12 @@ def check_record(record: dict) -> None:
             raise ValueError(f"event {i}: role must be 'producer' or 'consumer<N>', got {ev['role']!r}")
         if ev["event"] not in EVENTS:
             raise ValueError(f"event {i}: event must be one of {EVENTS}, got {ev['event']!r}")
-        for f in ("cta", "stage", "kblock", "t_ns"):
+        for f in ("cta", "stage", "kblock"):
             if not isinstance(ev[f], int) or isinstance(ev[f], bool):
                 raise ValueError(f"event {i}: {f} must be an integer, got {ev[f]!r}")
+        t = ev["t_ns"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise ValueError(f"event {i}: t_ns must be a finite number, got {t!r}")
     for start, end in (("mma_start", "mma_end"), ("epilogue_start", "epilogue_end")):
         _pairs(events, start, end, strict=True)
 
@@ -127,7 +134,7 @@ def _covered(a: int, b: int, union: list[tuple[int, int]]) -> int:
 @dataclass(frozen=True)
 class TimelineStats:
     ctas: int
-    span_ns: int                      # first to last event, over all CTAs
+    span_ns: float                    # first to last event, over all CTAs
     k_blocks: int                     # mma intervals of consumer 0 (per CTA summed)
     mma_busy: float                   # per consumer lane: mma time / the lane's span, averaged
     overlap: float                    # share of mma time with another load of the CTA in flight

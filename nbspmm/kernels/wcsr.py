@@ -1,0 +1,92 @@
+"""WCSR SpMM on Hopper: condensed tiles by TMA, B rows gathered by one-row TMA boxes, wgmma.
+
+C = A @ B for A a `formats.WCSR` with 64-row windows and tiles of KT ∈ {16, 32, 64} condensed columns,
+B dense K × N row-major (fp16 / bf16), fp32 accumulation, C fp32 or the input dtype. The kernel body is
+`nbspmm.kernels.tc_pipeline`, configured with ``gather_b=True``: a k-block is one condensed tile (a
+64 × KT TMA box, K-major, swizzled by its row width), and its B operand is the KT rows of B named by
+the tile's condensed columns, each brought by its own 1-row TMA box per 64-column chunk straight into
+the 128-byte-swizzled MN-major layout wgmma reads (TMA swizzles by shared-memory address). Padding
+slots load a row past the end of B, which TMA zero-fills.
+
+Variants (the same rungs as BCSR where they apply; the synchronous loader is BCSR-only):
+  ws   warp-specialized, 8 stages, persistent grid over the split plan (the default)
+  v3   warp-specialized, non-persistent
+  v2   TMA multi-stage, unspecialized
+
+Load balancing: windows with more than ``max_tiles`` tiles are split into several work items whose
+partial tiles are added into fp32 C with ``red.global.add`` (the rows of split windows are zeroed
+first). ``max_tiles=None`` (default) chooses it from the matrix: `formats.balanced_max_tiles` for
+about SPLIT_ITEMS_PER_SM work items per SM, if that cuts the longest window; with a 16-bit output C
+windows are never split.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+import formats
+from nbspmm.kernels.registry import KernelSpec, register
+from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, PreparedPipeline, SparseOperand, build_kernel_function,
+                                        fit_stages, kernel_signature, sm_count)
+
+VARIANTS = {
+    "ws": PipelineConfig("wcsr-ws", loader="tma", stages=8, specialized=True, persistent=True, block_k=16,
+                         gather_b=True),
+    "v3": PipelineConfig("wcsr-v3", loader="tma", stages=8, specialized=True, persistent=False, block_k=16,
+                         gather_b=True),
+    "v2": PipelineConfig("wcsr-v2", loader="tma", stages=4, specialized=False, persistent=False, block_k=16,
+                         gather_b=True),
+}
+TILE_COLS = (16, 32, 64)
+SPLIT_ITEMS_PER_SM = 4         # target work items per SM when choosing max_tiles
+
+
+def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
+    """The pipeline's view of a WCSR: its tiles stacked as rows, KT condensed columns per tile."""
+    if fmt.window_rows != BLOCK_M or fmt.tile_cols not in TILE_COLS:
+        raise ValueError(f"the WCSR tensor-core kernels take {BLOCK_M}-row windows and tiles of "
+                         f"{', '.join(map(str, TILE_COLS))} columns; got window_rows={fmt.window_rows}, "
+                         f"tile_cols={fmt.tile_cols} (build it with WCSR.from_scipy(A, window_rows=64, tile_cols=16))")
+    values = np.asarray(fmt.tiles).view(np.uint16).reshape(-1, fmt.tile_cols)
+    col_index = np.asarray(fmt.tile_col_index, dtype=np.int32)
+    return SparseOperand("wcsr", tuple(fmt.shape), fmt.tile_cols, True, values, col_index,
+                         formats.split_plan(fmt, max_tiles=max_tiles))
+
+
+def default_max_tiles(fmt: formats.WCSR, out_kind: str) -> int | None:
+    """Split only what would otherwise serialize: cut windows longer than the balanced share."""
+    if out_kind != "f32" or fmt.n_tiles == 0:
+        return None
+    share = formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count())
+    longest = int(np.max(np.diff(np.asarray(fmt.window_ptr))))
+    return share if longest > share else None
+
+
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles: int | str | None = "auto",
+            **overrides) -> PreparedPipeline:
+    """The API's entry point. ``max_tiles``: "auto" (default_max_tiles), None (never split) or an int."""
+    if not isinstance(fmt, formats.WCSR):
+        raise TypeError(f"the WCSR kernels take a formats.WCSR; got {type(fmt).__name__}")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown WCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if max_tiles == "auto":
+        max_tiles = default_max_tiles(fmt, out_kind)
+    elif max_tiles is not None and out_kind != "f32":
+        raise ValueError("splitting windows (max_tiles) adds fp32 partial sums atomically: use out_dtype=float32")
+    stages = overrides.pop("stages", VARIANTS[variant].stages)
+    one_stage = replace(VARIANTS[variant], block_k=fmt.tile_cols, stages=1, in_kind=in_kind, out_kind=out_kind,
+                        **overrides)
+    cfg = fit_stages(one_stage, stages)
+    return PreparedPipeline(operand(fmt, max_tiles), cfg)
+
+
+for _name, _cfg in VARIANTS.items():
+    register(KernelSpec(
+        name="wcsr" if _name == "ws" else f"wcsr-{_name}",
+        description=f"WCSR SpMM {_name}: 64-row windows, 16-column tiles, B rows gathered by 1-row TMA boxes; "
+                    f"fp16 in, fp32 out",
+        build=(lambda cfg=_cfg: (build_kernel_function(cfg), kernel_signature(cfg),
+                                 {"launch_bounds": (cfg.threads, 1)})),
+        expected_sass=("HGMMA", "UTMALDG", "SYNCS"),
+    ))

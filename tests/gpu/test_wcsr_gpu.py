@@ -1,0 +1,105 @@
+"""The WCSR tensor-core kernels on the H200 against scipy in float64 (marker gpu)."""
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import formats
+from nbspmm.bench.suites import load_matrix
+from tests.gpu.spmm_checks import check_product
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).parents[2] / "nbspmm" / "data"
+REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
+
+
+def operator(A_fmt, variant="ws", out_dtype=np.float32, **options):
+    from nbspmm.api import SpMMOperator
+
+    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, **options)
+
+
+def wcsr(A, dtype=np.float16, tile_cols=16):
+    return formats.WCSR.from_scipy(A, window_rows=64, tile_cols=tile_cols, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_matrices(name):
+    A = wcsr(load_matrix(DATA / name).matrix)
+    B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, name)
+
+
+def _generated(rng):
+    M, K = 700, 900
+    arrow = sp.random_array((M, K), density=0.002, rng=rng, format="lil")
+    arrow[3, :] = rng.standard_normal(K)                      # one row holds most of the nonzeros
+    empty_windows = sp.random_array((M, K), density=0.01, rng=rng, format="csr").toarray()
+    empty_windows[64:256] = 0                                  # windows 1..3 empty
+    return {
+        "arrow": sp.csr_array(arrow),
+        "empty-windows": sp.csr_array(empty_windows),
+        "rectangular-wide": sp.random_array((130, 5000), density=0.01, rng=rng, format="csr"),
+        "rectangular-tall": sp.random_array((5000, 70), density=0.05, rng=rng, format="csr"),
+        "one-row": sp.random_array((1, 300), density=0.3, rng=rng, format="csr"),
+        "one-column": sp.random_array((300, 1), density=0.3, rng=rng, format="csr"),
+        "all-zero": sp.csr_array((100, 100)),
+    }
+
+
+@pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
+                                  "one-column", "all-zero"])
+@pytest.mark.parametrize("variant", ["ws", "v3", "v2"])
+def test_generated(case, variant):
+    rng = np.random.default_rng(0)
+    A = wcsr(_generated(rng)[case])
+    B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} {case}")
+
+
+@pytest.mark.parametrize("N", [1, 7, 8, 64, 128, 256, 512])
+def test_n_range(N):
+    rng = np.random.default_rng(N)
+    A = wcsr(sp.random_array((500, 400), density=0.02, rng=rng, format="csr"))
+    B = rng.standard_normal((400, N)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, f"N={N}")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
+def test_dtypes(dtype, same_out):
+    rng = np.random.default_rng(1)
+    A = wcsr(sp.random_array((300, 350), density=0.03, rng=rng, format="csr"), dtype=dtype)
+    B = rng.standard_normal((350, 136)).astype(dtype)
+    out_dtype = dtype if same_out else np.float32
+    check_product(operator(A, out_dtype=out_dtype), A, B, out_dtype, np.dtype(dtype).name)
+
+
+@pytest.mark.parametrize("tile_cols", [16, 32, 64])
+def test_tile_widths(tile_cols):
+    rng = np.random.default_rng(tile_cols)
+    A = wcsr(sp.random_array((400, 600), density=0.05, rng=rng, format="csr"), tile_cols=tile_cols)
+    B = rng.standard_normal((600, 100)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, f"KT={tile_cols}")
+
+
+@pytest.mark.parametrize("max_tiles", [None, 1, 3])
+def test_split_and_unsplit(max_tiles):
+    rng = np.random.default_rng(2)
+    A = wcsr(_generated(rng)["arrow"])
+    B = rng.standard_normal((A.shape[1], 128)).astype(np.float16)
+    op = operator(A, max_tiles=max_tiles)
+    assert bool(np.asarray(op._prepared.plan.shared).any()) == (max_tiles is not None)
+    check_product(op, A, B, np.float32, f"max_tiles={max_tiles}")
+
+
+def test_unsplit_is_bit_identical_across_runs():
+    rng = np.random.default_rng(3)
+    A = wcsr(sp.random_array((1000, 800), density=0.02, rng=rng, format="csr"))
+    B = rng.standard_normal((800, 128)).astype(np.float16)
+    op = operator(A, max_tiles=None)
+    first = op(B).copy_to_host()
+    for _ in range(3):
+        assert np.array_equal(op(B).copy_to_host(), first)
