@@ -13,16 +13,22 @@ PTX ISA sections:
 
 Operands, for every wrapper here:
   dst / src (shared side): uint32 ``.shared``-window address (``shared_addr``). A TMA destination must
-      be 128-byte aligned; with a swizzle mode, aligned to the swizzle pattern's period (1024 B for
-      128B swizzle, 512 B for 64B, 256 B for 32B) so that the pattern starts where the wgmma
-      descriptor (base offset 0) and ``descriptor.swizzle_bytes`` expect it.
+      be 128-byte aligned. The swizzle is a function of the shared-memory *address* (16-byte unit
+      bits 4-6 XOR row bits 7-9 for 128B swizzle), not of the position inside the box: a box written
+      at an offset inside a pattern period lands exactly as that part of a larger box would (measured
+      on the H200 with 1-row boxes at 128-byte steps: tests/gpu/test_row_gather_gpu.py). Align whole
+      tiles to the period (1024 B for 128B swizzle, 512 B for 64B, 256 B for 32B) so that wgmma
+      descriptors (base offset 0) and ``descriptor.swizzle_bytes`` see the pattern start at the tile.
   tmap: uint64 global address of the 128-byte CUtensorMap (``global_addr(tensor_map.device)``). numba
       cannot pass a 128-byte ``__grid_constant__`` parameter, so the map lives in global memory and the
       kernel issues :func:`tensormap_acquire_fence` once before first use (DESIGN.md §5).
   c0, c1, …: int32 element coordinates of the box's first element, **innermost dimension first** (c0
       is the column of a row-major matrix). Negative coordinates and boxes that cross the tensor's
       end are allowed: out-of-bounds elements are filled (zeros, or NaN with the NaN fill mode) on
-      loads and skipped on stores.
+      loads and skipped on stores. **The innermost coordinate times the element size must be a
+      multiple of 16 bytes** (TMA_INNER_START_ALIGN): a box starting elsewhere in a row kills the
+      context with an illegal instruction (measured on the H200, 2026-12-02: starts at 8-byte offsets
+      fault, 16-byte offsets load; tests/gpu/test_ptx_tma_gpu.py::test_unaligned_inner_start_faults).
   bar: uint32 shared address of the mbarrier the load completes on (``complete_tx`` of the whole box's
       bytes — see ``ptx_snippets.mbarrier`` for the arithmetic).
   policy: uint64 L2 cache policy from :func:`l2_policy_evict_first` / :func:`l2_policy_evict_last`.
@@ -35,6 +41,7 @@ from __future__ import annotations
 from ._asm import asm_intrinsic, isa, literal_asm_intrinsic
 
 MAX_TENSOR_RANK = 5
+TMA_INNER_START_ALIGN = 16     # bytes: the innermost start coordinate's byte offset must be a multiple
 _TENSOR = isa("data-movement-and-conversion-instructions-cp-async-bulk-tensor")
 
 

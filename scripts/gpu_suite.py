@@ -103,17 +103,17 @@ def gpu_tests(out: Path, pattern: str | None) -> list[tuple[str, str, str]]:
 def sanitize(out: Path) -> list[tuple[str, str, str]]:
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     rows = []
-    for variant in ("v3", "v4"):
+    for variant in ("bcsr-v3", "bcsr-v4", "wcsr"):
         for check in SANITIZER_TOOLS:
             log = Path(tempfile.mkdtemp()) / f"sanitize_{variant}_{check}.log"
             rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
                                    "scripts/sanitize_case.py", variant], log, timeout=300)
             text = log.read_text(errors="replace")
             with open(out / "sanitize.log", "a") as f:
-                f.write(f"\n{'=' * 30} {check} bcsr-{variant} (rc={rc}) {'=' * 30}\n{text}")
+                f.write(f"\n{'=' * 30} {check} {variant} (rc={rc}) {'=' * 30}\n{text}")
             summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
             verdict = "PASS" if rc == 0 and "case ok" in text else f"FAIL rc={rc}"
-            rows.append((f"sanitizer {check} bcsr-{variant}", verdict,
+            rows.append((f"sanitizer {check} {variant}", verdict,
                          f"errors={summary[-1] if summary else '?'}, {secs:.0f} s"))
     return rows
 

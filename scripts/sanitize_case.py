@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A small BCSR SpMM for compute-sanitizer: `python scripts/sanitize_case.py v3|v4`.
+"""A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py bcsr-v3|bcsr-v4|wcsr`.
 
-Ragged shape (M, K, N not multiples of the tiles), an empty block row, a split (v4) — small enough that
-the sanitizer's slow-down stays in seconds. Prints "case ok" when the result matches the reference.
+Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items (v4,
+wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
+matches the float64 reference.
 """
 import sys
 
@@ -12,20 +13,23 @@ import scipy.sparse as sp
 import formats
 from nbspmm.api import SpMMOperator
 
-variant = sys.argv[1] if len(sys.argv) > 1 else "v3"
+name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
 rng = np.random.default_rng(7)
 M, K, N = 300, 200, 136
-A = sp.random_array((M, K), density=0.3, rng=rng, format="csr")
-A = sp.csr_array(A.toarray() * (np.arange(M)[:, None] // 64 != 1))   # block row 1 empty
-bcsr = formats.BCSR.from_scipy(A, block_shape=(64, 64), dtype=np.float16)
-options = {"max_blocks": 1} if variant == "v4" else {}
-op = SpMMOperator(bcsr, kernel=variant, **options)
+dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[:, None] // 64 != 1)  # unit 1 empty
+if name.startswith("bcsr"):
+    variant = name.split("-")[1]
+    A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
+    op = SpMMOperator(A, kernel=variant, **({"max_blocks": 1} if variant == "v4" else {}))
+else:
+    A = formats.WCSR.from_scipy(dense, window_rows=64, tile_cols=16, dtype=np.float16)
+    op = SpMMOperator(A, kernel="ws", max_tiles=2)
 B = rng.standard_normal((K, N)).astype(np.float16)
 C = op(B).copy_to_host()
-ref = bcsr.matmul_reference(B)
+ref = A.matmul_reference(B)
 err = np.linalg.norm(C - ref) / np.linalg.norm(ref)
-print(f"bcsr {variant}: rel err {err:.2e}")
-if np.isfinite(C).all() and err < 5e-3:
+print(f"{name}: rel err {err:.2e}")
+if np.isfinite(C).all() and err < 1e-4:
     print("case ok")
 else:
     sys.exit(1)

@@ -17,6 +17,9 @@ narrative over imported code. Nothing here needs a GPU except ``live``.
              operand through its descriptor, and one warpgroup product emulated per thread
   plots      matplotlib drawings of all the above (spy plots, condensed tiles, split plans, swizzle,
              fragment map, descriptor bits, phase diagram, timeline, cost floors)
-  live       the same cells on a Hopper GPU: timing with CUDA events, the benchmark harness
-  source     print a function's source from the package (so notebooks quote code, never paste it)
+  live       the same cells on a Hopper GPU: timing with CUDA events, the ladder, the benchmark
+             harness, the instrumented kernel's timeline
+  source     print a function's source (or the part between two markers) from the package, so that
+             notebooks quote the code that runs instead of pasting it
+  tables     lists of dicts as Markdown tables
 """

@@ -331,7 +331,8 @@ def draw_phase_diagram(run, ax=None):
 
 def draw_timeline(record: dict, ax=None, max_ctas: int = 2, unit: str = "us"):
     """A pipeline timeline record (``nbspmm.teach.timeline``): one lane per role per CTA; wgmma bars
-    (mma_start → mma_end) coloured by stage; in the producer lane each load as a thin bar from TMA issue
+    (mma_start → mma_end) coloured by stage, even and odd k-blocks on two sub-rows so that overlapping
+    groups (one kept in flight) stay visible; in the producer lane each load as a thin bar from TMA issue
     to the stage's completion, a tick at the issue; dots for full-barrier completions and ▲ for
     releases on the consumer lanes; epilogues grey. The title says whether the record was measured
     (and where) or simulated."""
@@ -349,7 +350,10 @@ def draw_timeline(record: dict, ax=None, max_ctas: int = 2, unit: str = "us"):
 
     for m in tl.mma_intervals(record):
         if (m["cta"], m["role"]) in y_of:
-            ax.barh(y_of[(m["cta"], m["role"])], x(m["t1"]) - x(m["t0"]), left=x(m["t0"]), height=0.6,
+            # even and odd k-blocks on two sub-rows: a wgmma group kept in flight while the next is
+            # issued shows as two overlapping bars
+            y = y_of[(m["cta"], m["role"])] + (-0.15 if m["kblock"] % 2 == 0 else 0.15)
+            ax.barh(y, x(m["t1"]) - x(m["t0"]), left=x(m["t0"]), height=0.3,
                     color=STAGE_COLORS[m["stage"] % len(STAGE_COLORS)], edgecolor="black", linewidth=0.3)
     for e in tl.epilogue_intervals(record):
         if (e["cta"], e["role"]) in y_of:
@@ -372,7 +376,7 @@ def draw_timeline(record: dict, ax=None, max_ctas: int = 2, unit: str = "us"):
     ax.set_ylim(len(lane_list) - 0.4, -0.6)
     ax.set_xlabel(f"time ({'µs' if unit == 'us' else 'ns'}) from the first event")
     s = tl.stats(record)
-    ax.set_title(f"{tl.title(record)}\nwgmma busy {s.mma_busy:.0%} of each consumer lane, "
+    ax.set_title(f"{tl.title(record)}\nwgmma in flight {s.mma_busy:.0%} of each consumer lane, "
                  f"{s.overlap:.0%} of wgmma time overlaps another load in flight", fontsize=9)
     from matplotlib.patches import Patch
 

@@ -19,7 +19,8 @@ lands its bytes with ``complete_tx``. The simulation checks what the hardware wo
 that reads a stage before all of its copies landed, or a producer that overwrites a stage a consumer
 still reads, is a **race**; agents left waiting with nothing more to happen is a **deadlock**. Bugs can
 be injected (``producer_parity``, ``consumer_parity``, ``armed_bytes``) to watch the parity and
-transaction rules fail. Times are in ns of a model, not of a GPU.
+transaction rules fail. In steady state the model runs one k-block per ``max(mma, (arrival + mma) / S)``
+(:func:`steady_state_ns`). Times are in ns of a model, not of a GPU.
 """
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ kernel from ``%globaltimer`` stamps)::
            epilogue_start / epilogue_end   the accumulator is written to C
 
 A load is the interval tma_issue → the first full_complete of the same (cta, stage, kblock); an mma is
-mma_start → mma_end of the same (cta, role, kblock), paired in time order. ``overlap`` is the share of
+mma_start → mma_end of the same (cta, role, kblock), paired in time order (a pipeline that keeps one
+wgmma group in flight has overlapping mma intervals on one lane). ``mma_busy`` is the share of a
+consumer lane's span with some wgmma in flight. ``overlap`` is the share of
 mma time during which some other load of the same CTA was in flight: ~0 for a one-stage pipeline,
 high once the producer runs ahead — the number the timeline picture shows.
 
@@ -136,7 +138,7 @@ class TimelineStats:
     ctas: int
     span_ns: float                    # first to last event, over all CTAs
     k_blocks: int                     # mma intervals of consumer 0 (per CTA summed)
-    mma_busy: float                   # per consumer lane: mma time / the lane's span, averaged
+    mma_busy: float                   # per consumer lane: time with a wgmma in flight / the lane's span, averaged
     overlap: float                    # share of mma time with another load of the CTA in flight
     mean_load_ns: float               # tma_issue -> full_complete
     mean_mma_ns: float
@@ -165,8 +167,8 @@ def stats(record: dict) -> TimelineStats:
             continue
         lane_times = [ev["t_ns"] for ev in events if ev["cta"] == cta and ev["role"] == role]
         span = max(lane_times) - min(lane_times)
-        mine = sum(m["t1"] - m["t0"] for m in mmas if m["cta"] == cta and m["role"] == role)
-        busy.append(mine / span if span else 0.0)
+        mine = _union([(m["t0"], m["t1"]) for m in mmas if m["cta"] == cta and m["role"] == role])
+        busy.append(sum(b - a for a, b in mine) / span if span else 0.0)
     return TimelineStats(
         ctas=len({ev["cta"] for ev in events}), span_ns=max(times) - min(times),
         k_blocks=sum(1 for m in mmas if m["role"] == "consumer0"),

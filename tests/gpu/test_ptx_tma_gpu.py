@@ -10,12 +10,21 @@ from tests.gpu import ptx_cases as cases
 
 pytestmark = pytest.mark.gpu
 
+TMA_INNER_ALIGN = ps.tma.TMA_INNER_START_ALIGN
 SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 
 
 def inner_elems(swizzle, itemsize, none_bytes=48):
     """Box inner extent: the swizzle span (the kernels' case), 48 B without swizzle (not a power of 2)."""
     return (SPAN[swizzle] or none_bytes) // itemsize
+
+
+def aligned(col, itemsize):
+    """The largest innermost coordinate <= col whose byte offset is a multiple of 16: TMA faults
+    (illegal instruction) on a box whose innermost start is not 16-byte aligned (measured on the H200,
+    see test_unaligned_inner_start_faults)."""
+    step = TMA_INNER_ALIGN // itemsize
+    return col // step * step
 
 
 def check_loads(array, box, swizzle, starts, hint=False):
@@ -37,7 +46,9 @@ def test_2d_loads_interior_and_edges(swizzle, dtype):
     rows, cols = 100, 200                                   # row pitch 400 / 800 B: multiples of 16
     array = rng.integers(1, 1 << 15, size=(rows, cols)).astype(dtype)
     box = (32, inner_elems(swizzle, array.itemsize))
-    starts = [(8, 16), (0, 0), (rows - 5, cols - box[1] // 2), (rows - 32, cols - box[1]), (96, 0)]
+    a = array.itemsize
+    starts = [(8, 16), (0, 0), (rows - 5, aligned(cols - box[1] // 2, a)), (rows - 32, aligned(cols - box[1], a)),
+              (96, 0)]
     check_loads(array, box, swizzle, starts)
 
 
@@ -46,7 +57,7 @@ def test_3d_loads_interior_and_edges(swizzle):
     rng = np.random.default_rng(4)
     array = rng.integers(1, 1 << 15, size=(6, 40, 72)).astype(np.uint16)   # pitches 144 B, 5760 B
     box = (3, 16, inner_elems(swizzle, 2))
-    starts = [(1, 8, 4), (0, 0, 0), (4, 30, 72 - box[2] // 2 - 4), (5, 39, 71)]
+    starts = [(1, 8, 8), (0, 0, 0), (4, 30, aligned(72 - box[2] // 2 - 4, 2)), (5, 39, aligned(71, 2))]
     check_loads(array, box, swizzle, starts)
 
 
@@ -104,12 +115,12 @@ def run_store(shape, box, swizzle, start_numpy):
 
 
 @pytest.mark.parametrize("swizzle", ["none", "128B"])
-@pytest.mark.parametrize("start", [(8, 64), (70, 150)], ids=["interior", "edge"])
+@pytest.mark.parametrize("start", [(8, 64), (70, 184)], ids=["interior", "edge"])
 def test_2d_store(swizzle, start):
     run_store((80, 200), (32, inner_elems(swizzle, 2, none_bytes=64)), swizzle, start)
 
 
-@pytest.mark.parametrize("start", [(1, 4, 8), (5, 30, 60)], ids=["interior", "edge"])
+@pytest.mark.parametrize("start", [(1, 4, 8), (5, 30, 56)], ids=["interior", "edge"])
 def test_3d_store(start):
     run_store((6, 40, 72), (2, 16, 24), "none", start)
 
@@ -161,3 +172,32 @@ def test_dynamic_shared_memory_above_48kb():
     assert ps.max_dynamic_shared_memory() >= 227 * 1024
     cases.assert_exact(run_tma_copy_2d(matrix, box=(64, 32), dynamic_smem=200 * 1024), matrix,
                        "TMA copy with 200 KB of dynamic shared memory")
+
+
+UNALIGNED_PROBE = """
+import numpy as np
+from tests.gpu import ptx_cases as cases
+array = np.arange(64 * 200, dtype=np.uint16).reshape(64, 200)
+try:
+    cases.run_tma_loads(array, (16, 24), "none", [(0, %d)])
+    print("LOADED")
+except Exception as exc:
+    print("FAULT", type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.parametrize("col, faults", [(8, False), (4, True)], ids=["16B-aligned", "8B-aligned"])
+def test_unaligned_inner_start_faults(col, faults):
+    """The rule behind `aligned`: a TMA load whose innermost start coordinate is not 16-byte aligned
+    kills the context with an illegal instruction. Run in a subprocess, so the fault poisons only it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-c", UNALIGNED_PROBE % col], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[2], timeout=120)
+    out = proc.stdout
+    if faults:
+        assert "FAULT" in out and "ILLEGAL_INSTRUCTION" in out, out + proc.stderr[-2000:]
+    else:
+        assert "LOADED" in out, out + proc.stderr[-2000:]
