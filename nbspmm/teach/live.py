@@ -93,10 +93,10 @@ def time_operator(op, B_host: np.ndarray, **timing) -> dict:
     from numba import cuda
 
     from nbspmm.api import as_device_matrix
+    from nbspmm.kernels.dtypes import DEVICE_DTYPE
 
     B = as_device_matrix(B_host, op.in_kind, rows=op.shape[1], name="B")
-    C = cuda.device_array((op.shape[0], B.shape[1]), dtype=np.float32 if op.out_kind == "f32" else np.uint16
-                          if op.out_kind == "bf16" else np.float16)
+    C = cuda.device_array((op.shape[0], B.shape[1]), dtype=DEVICE_DTYPE[op.out_kind])
     return time_us(lambda: op(B, out=C), **timing)
 
 

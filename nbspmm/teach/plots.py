@@ -117,7 +117,7 @@ def window_tiles(fmt: formats.WCSR, window: int):
     if not 0 <= window < fmt.n_windows:
         raise IndexError(f"window must be in 0..{fmt.n_windows - 1}, got {window}")
     t0, t1 = int(fmt.window_ptr[window]), int(fmt.window_ptr[window + 1])
-    h, kt = fmt.window_rows, fmt.tile_cols
+    h = fmt.window_rows
     if t0 == t1:
         return np.zeros((h, 0)), np.zeros((h, 0), dtype=np.int8), np.zeros(0, dtype=np.int64)
     values = np.asarray(fmt.tiles[t0:t1], dtype=np.float64).transpose(1, 0, 2).reshape(h, -1)
@@ -266,20 +266,24 @@ def draw_descriptor(desc: int, ax=None):
 
 
 def draw_box_grid(shape, box, ax=None):
-    """The TMA boxes tiling a matrix: full boxes outlined, the out-of-bounds part of edge boxes hatched
-    (TMA fills it with zeros and still counts its bytes)."""
+    """The TMA boxes tiling a matrix (outlined), the matrix in green, the out-of-bounds part of the edge
+    boxes hatched (TMA fills it with zeros and still counts its bytes)."""
     ax = _axes(ax, figsize=(5, 4))
     rows, cols = shape
     br, bc = box
     tiles = layouts.box_grid(shape, box)
-    _rects(ax, [(t.origin[0], t.origin[1], br, bc) for t in tiles], "none", 1.0, edge="tab:blue")
-    outside = [(t.origin[0], t.origin[1], br, bc) for t in tiles if t.fraction < 1]
-    _rects(ax, outside, "tab:red", 0.15, hatch="//")
+    grid_rows = max(t.origin[0] + br for t in tiles)
+    grid_cols = max(t.origin[1] + bc for t in tiles)
+    outside = [t for t in tiles if t.fraction < 1]
+    # the zero-filled region: the boxes' union minus the matrix (a strip right of it, a strip below it)
+    fill = [(0, cols, grid_rows, grid_cols - cols), (rows, 0, grid_rows - rows, cols)]
+    _rects(ax, [r for r in fill if r[2] > 0 and r[3] > 0], "tab:red", 0.15, hatch="//")
     _rects(ax, [(0, 0, rows, cols)], "tab:green", 0.25)
-    ax.set_xlim(-2, max(t.origin[1] + bc for t in tiles) + 2)
-    ax.set_ylim(max(t.origin[0] + br for t in tiles) + 2, -2)
+    _rects(ax, [(t.origin[0], t.origin[1], br, bc) for t in tiles], "none", 1.0, edge="tab:blue")
+    ax.set_xlim(-2, grid_cols + 2)
+    ax.set_ylim(grid_rows + 2, -2)
     ax.set_aspect("equal")
-    ax.set_title(f"{rows}×{cols} matrix (green) in {br}×{bc} boxes: {len(tiles)} loads, "
+    ax.set_title(f"{rows}×{cols} matrix (green) in {br}×{bc} boxes:\n{len(tiles)} loads, "
                  f"{len(outside)} partly out of bounds (hatched)", fontsize=9)
     return ax
 

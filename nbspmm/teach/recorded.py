@@ -1,6 +1,7 @@
 """Results recorded on the H200, for notebooks running where there is no GPU.
 
-The files live in ``nbspmm/bench/results/`` (package data; the lead records them on the H200). Three
+The files live in ``nbspmm/bench/results/`` (package data, recorded on the H200; the environment
+variable ``NBSPMM_RESULTS_DIR`` points the loaders at another folder, e.g. to preview new files). Three
 kinds, each a JSON object with an ``environment`` saying where and when it was measured
 (``{"date", "gpu", "commit", ...}``; ``gpu`` and ``commit`` may be strings or the dictionaries that
 ``nbspmm.bench.environment.capture()`` writes):
@@ -19,12 +20,14 @@ commit 3c3db76a1b") or ``None`` when nothing of that kind was recorded; a notebo
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "bench" / "results"
+# NBSPMM_RESULTS_DIR points the notebooks at another folder (e.g. to preview freshly recorded files).
+RESULTS_DIR = Path(os.environ.get("NBSPMM_RESULTS_DIR") or Path(__file__).resolve().parents[1] / "bench" / "results")
 NOT_RECORDED = "not recorded yet on the H200"
 BENCH_SCHEMA = "nbspmm-bench/1"
 GPU_TESTS_PATTERN = re.compile(r"^gpu_tests_(?P<date>[^/]+)\.json$")
@@ -76,7 +79,7 @@ def commit_text(environment: dict) -> str:
 
 def label(environment: dict) -> str:
     """'NVIDIA H200, 2026-12-02, commit 3c3db76a1b' — what every recorded number is shown with."""
-    date = str(environment.get("date") or "unknown date")[:10]
+    date = str(environment["date"])[:10] if environment.get("date") else "unknown date"
     return f"{gpu_name(environment)}, {date}, commit {commit_text(environment)}"
 
 
@@ -86,11 +89,13 @@ def not_recorded(what: str) -> str:
 
 
 # ---------------------------------------------------------------- reading
-def _read(path: Path, kind: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path.name}: not JSON ({exc})") from None
+def _read(path: Path, kind: str, data: dict | None = None) -> dict:
+    """Parse (unless ``data`` is given) and check the environment every recorded file needs."""
+    if data is None:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"{path.name}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise RecordError(f"{path.name}: expected a JSON object, got {type(data).__name__}")
     env = data.get("environment")
@@ -131,7 +136,7 @@ def bench_results(directory=None, suite: str | None = None) -> list[Recorded]:
             continue
         if not isinstance(data, dict) or data.get("schema") != BENCH_SCHEMA or data.get("synthetic_test_data"):
             continue
-        data = _read(path, "bench")
+        data = _read(path, "bench", data)
         if suite is not None and not any(c.get("suite") == suite for c in data.get("cases", [])):
             continue
         found.append(Recorded("bench", path, data))

@@ -4,6 +4,7 @@ so that what they show is what runs."""
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 from pathlib import Path
 
@@ -38,10 +39,13 @@ def show(obj, start: str | None = None, end: str | None = None) -> None:
     print(text)
 
 
-def doc_summary(obj) -> str:
+def doc_summary(obj, urls: bool = False) -> str:
     """The first paragraph of a docstring, joined into one line; for the PTX wrappers, whose docstring
-    starts with their signature, 'signature: first paragraph'."""
-    paragraphs = [" ".join(p.split()) for p in textwrap.dedent(obj.__doc__ or "").strip().split("\n\n")]
+    starts with their signature, 'signature: first paragraph'. Links are dropped unless ``urls``."""
+    text = textwrap.dedent(obj.__doc__ or "").strip()
+    if not urls:
+        text = re.sub(r"\s*https?://\S+", "", text)
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
         return getattr(obj, "__name__", repr(obj))
