@@ -123,9 +123,10 @@ def _check_gpu_tests(path: Path, data: dict) -> None:
             raise RecordError(f"{path.name}: row {i} lacks {missing}")
 
 
-def bench_results(directory=None, suite: str | None = None) -> list[Recorded]:
+def bench_results(directory=None, suite: str | None = None, candidate: str | None = None) -> list[Recorded]:
     """Every benchmark result file (schema nbspmm-bench/1, not synthetic), oldest first by date;
-    with ``suite``, only files that hold cases of that suite."""
+    with ``suite``, only files that hold cases of that suite; with ``candidate``, only files with a row
+    of that candidate."""
     found = []
     for path in _json_files(directory):
         if GPU_TESTS_PATTERN.match(path.name) or TIMELINE_PATTERN.match(path.name):
@@ -139,12 +140,14 @@ def bench_results(directory=None, suite: str | None = None) -> list[Recorded]:
         data = _read(path, "bench", data)
         if suite is not None and not any(c.get("suite") == suite for c in data.get("cases", [])):
             continue
+        if candidate is not None and not any(r.get("candidate") == candidate for r in data.get("rows", [])):
+            continue
         found.append(Recorded("bench", path, data))
     return sorted(found, key=lambda r: (r.date, r.path.name))
 
 
-def latest_bench(directory=None, suite: str | None = None) -> Recorded | None:
-    found = bench_results(directory, suite)
+def latest_bench(directory=None, suite: str | None = None, candidate: str | None = None) -> Recorded | None:
+    found = bench_results(directory, suite, candidate)
     return found[-1] if found else None
 
 
