@@ -467,7 +467,9 @@ def real_suite(paths: Sequence[str | Path] | None = None, n_values: Sequence[int
         if labels[label] > 1:
             label = f"{label}#{labels[label]}"
         specs.append(MatrixSpec(
-            key=f"real:{path.resolve()}", label=label, family="real", structure=IRREGULAR,
+            # The key names the file, not its path: B's seed derives from it and must not depend on
+            # where the repository is checked out.
+            key=f"real:{label}", label=label, family="real", structure=IRREGULAR,
             params=_params(file=path.name), build=lambda path=path: load_matrix(path, seed)))
     return _expand("real", specs, n_values, dtypes, seed)
 
