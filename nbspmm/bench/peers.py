@@ -44,7 +44,7 @@ TRITON_BLOCK_SHAPE = (64, 64)
 CASE_DTYPES = ("float16", "bfloat16")
 
 
-def _torch_or_reason() -> tuple[Any, str]:
+def torch_or_reason() -> tuple[Any, str]:
     try:
         import torch
     except Exception as exc:
@@ -109,7 +109,7 @@ class _TorchPeer:
     kind = PEER
 
     def available(self) -> tuple[bool, str]:
-        torch, reason = _torch_or_reason()
+        torch, reason = torch_or_reason()
         return torch is not None, reason
 
 
@@ -185,7 +185,7 @@ class CupyCSR:
             import cupyx.scipy.sparse  # noqa: F401
         except Exception as exc:
             return False, f"cupy cannot be imported ({type(exc).__name__}: {exc})"
-        torch, reason = _torch_or_reason()
+        torch, reason = torch_or_reason()
         if torch is None:
             return False, reason + " (the harness shares B with cupy through torch)"
         try:
@@ -243,7 +243,7 @@ class TritonBSR(_TorchPeer):
     name, storage = "triton_bsr", "bsr"
 
     def available(self) -> tuple[bool, str]:
-        torch, reason = _torch_or_reason()
+        torch, reason = torch_or_reason()
         if torch is None:
             return False, reason
         try:
@@ -356,7 +356,7 @@ class CusparseBSR(_TorchPeer):
         self._cusparse: _CuSparse | None = None
 
     def available(self) -> tuple[bool, str]:
-        torch, reason = _torch_or_reason()
+        torch, reason = torch_or_reason()
         if torch is None:
             return False, reason
         try:  # a tiny cuSPARSE product, so that torch has certainly loaded its libcusparse

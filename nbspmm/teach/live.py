@@ -39,13 +39,10 @@ def status() -> tuple[bool, str]:
 
 
 def torch_status() -> tuple[bool, str]:
-    try:
-        import torch
-    except Exception as exc:
-        return False, f"torch cannot be imported ({type(exc).__name__})"
-    if not torch.cuda.is_available():
-        return False, "torch sees no CUDA device"
-    return True, f"torch {torch.__version__}"
+    from nbspmm.bench.peers import torch_or_reason
+
+    torch, why = torch_or_reason()
+    return torch is not None, why
 
 
 def require_gpu() -> str:
