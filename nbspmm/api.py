@@ -12,27 +12,22 @@ device="cuda").view(torch.bfloat16)`` gives the values; a torch bf16 tensor is a
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 
 import formats
 from nbspmm.device import require_hopper
+from nbspmm.kernels import baseline_launch, bcsr, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 
-# format -> kernel name -> "module:prepare". `prepare(fmt, in_kind, out_kind, **options)` returns an
-# object with `.name` and `.launch(B_device, C_device)`; the first kernel listed is the default.
+# format -> kernel name -> prepare function. `prepare(fmt, in_kind, out_kind, variant=name, **options)`
+# returns an object with `.name` and `.launch(B_device, C_device)`. The names come from the kernel
+# modules' own tables (the BCSR ladder newest rung first, so the default is v4; the WCSR variants); the
+# first listed is the default; the CUDA-core baseline serves both formats.
 KERNELS = {
-    "bcsr": {
-        "v4": "nbspmm.kernels.bcsr:prepare", "v3": "nbspmm.kernels.bcsr:prepare",
-        "v2": "nbspmm.kernels.bcsr:prepare", "v1": "nbspmm.kernels.bcsr:prepare",
-        "v0": "nbspmm.kernels.bcsr:prepare", "baseline": "nbspmm.kernels.baseline_launch:prepare",
-    },
-    "wcsr": {
-        "ws": "nbspmm.kernels.wcsr:prepare", "v3": "nbspmm.kernels.wcsr:prepare",
-        "v2": "nbspmm.kernels.wcsr:prepare", "baseline": "nbspmm.kernels.baseline_launch:prepare",
-    },
+    "bcsr": {**{name: bcsr.prepare for name in reversed(bcsr.LADDER)}, "baseline": baseline_launch.prepare},
+    "wcsr": {**{name: wcsr.prepare for name in wcsr.VARIANTS}, "baseline": baseline_launch.prepare},
 }
 FORMATS = tuple(KERNELS)
 
@@ -63,11 +58,6 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 
 
-def _resolve(spec: str):
-    module_name, attr = spec.split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 class SpMMOperator:
     """A sparse matrix prepared on the GPU for repeated products ``C = A @ B``.
 
@@ -96,7 +86,7 @@ class SpMMOperator:
         if kernel not in variants:
             raise ValueError(f"no kernel {kernel!r} for format {self.format_name!r}; "
                              f"known: {', '.join(variants)}")
-        prepare = _resolve(variants[kernel])
+        prepare = variants[kernel]
         self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name
 
