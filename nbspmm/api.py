@@ -5,10 +5,17 @@
     C = spmm(A, B)                   # one-shot: builds the operator, multiplies once
 
 The operator holds the device copy of A (and, for the TMA kernels, its tensor maps and work plan), so
-repeated products pay no conversion. C is a numba device array of shape (M, N); torch and cupy wrap it
-without copying (``torch.as_tensor(C, device="cuda")``, ``cupy.asarray(C)``). bf16 arrays travel as
-uint16 bit patterns (numba has no bfloat16 type): a bf16 C is a uint16 array, ``torch.as_tensor(C,
-device="cuda").view(torch.bfloat16)`` gives the values; a torch bf16 tensor is accepted as B directly.
+repeated products pay no conversion. Without ``out``, C is a new numba device array of shape (M, N);
+torch and cupy wrap it without copying (``torch.as_tensor(C, device="cuda")``, ``cupy.asarray(C)``).
+With ``out`` (any device array of the output dtype: numba, cupy, torch), C is written there and ``out``
+itself is returned. bf16 arrays travel as uint16 bit patterns (numba has no bfloat16 type): a bf16 C
+from the operator is a uint16 array, ``torch.as_tensor(C, device="cuda").view(torch.bfloat16)`` gives
+the values; torch bf16 tensors are accepted as B and out directly.
+
+Host cost. The first product with a given pair of (B, out) buffers packs the kernels' arguments and
+encodes B's tensor map (``nbspmm.launch``); a repeated ``op(B, out=C)`` on the same buffers then costs
+reading the two arrays' ``__cuda_array_interface__`` and one driver launch per kernel. ``op.bind(B, C)``
+returns the packed product itself — calling it costs the launches alone.
 """
 from __future__ import annotations
 
@@ -20,13 +27,15 @@ import formats
 from nbspmm.device import require_hopper
 from nbspmm.kernels import baseline_launch, bcsr, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
+from nbspmm.launch import DeviceMatrix
 
 # format -> kernel name -> prepare function. `prepare(fmt, in_kind, out_kind, variant=name, **options)`
-# returns an object with `.name` and `.launch(B_device, C_device)`. The names come from the kernel
-# modules' own tables (the BCSR ladder newest rung first, so the default is v4; the WCSR variants); the
-# first listed is the default; the CUDA-core baseline serves both formats.
+# returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). The
+# names come from the kernel modules' own tables (the default variant first); the CUDA-core baseline
+# serves both formats.
 KERNELS = {
-    "bcsr": {**{name: bcsr.prepare for name in reversed(bcsr.LADDER)}, "baseline": baseline_launch.prepare},
+    "bcsr": {**{name: bcsr.prepare for name in [bcsr.DEFAULT_VARIANT, *bcsr.VARIANTS]},
+             "baseline": baseline_launch.prepare},
     "wcsr": {**{name: wcsr.prepare for name in wcsr.VARIANTS}, "baseline": baseline_launch.prepare},
 }
 FORMATS = tuple(KERNELS)
@@ -99,20 +108,34 @@ class SpMMOperator:
         return self.matmul(B, out=out)
 
     def matmul(self, B, out=None):
-        """C = A @ B. Returns the numba device array written (``out`` when given)."""
+        """C = A @ B. Returns ``out`` when given (written in place), else a new numba device array."""
+        B_dev, (C_dev, result) = self._operands(B, out)
+        self._prepared.launch(B_dev, C_dev)
+        return result
+
+    def bind(self, B, out):
+        """The product ``out = A @ B`` for these two device buffers, packed once: calling the returned
+        object enqueues it again (a few µs of Python: no argument checks, no cache lookup). It reads B
+        and writes out wherever they are at call time — keep both buffers alive while you use it."""
+        if isinstance(B, np.ndarray):
+            raise TypeError("bind takes device arrays (B is re-read at every call); got a numpy array for B")
+        B_dev, (C_dev, _) = self._operands(B, out)
+        return self._prepared.bind(B_dev, C_dev)
+
+    def _operands(self, B, out):
+        """Checked DeviceMatrix views of B and C, and the object to return as C."""
         M, K = self.shape
         B_dev = as_device_matrix(B, self.in_kind, rows=K, name="B")
         N = B_dev.shape[1]
         if out is None:
             from numba import cuda
 
-            C_dev = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
-        else:
-            C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
-            if C_dev.shape != (M, N):
-                raise ValueError(f"out must have shape {(M, N)} (M x N); got {C_dev.shape}")
-        self._prepared.launch(B_dev, C_dev)
-        return C_dev
+            result = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
+            return B_dev, (DeviceMatrix.of(result), result)
+        C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
+        if C_dev.shape != (M, N):
+            raise ValueError(f"out must have shape {(M, N)} (M x N); got {C_dev.shape}")
+        return B_dev, (C_dev, out)
 
 
 def spmm(A, B, out=None, **operator_options):
@@ -130,14 +153,14 @@ def _torch_bf16_as_bits(obj):
     return obj, False
 
 
-def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False):
-    """A C-contiguous 2-D numba device array of element kind `kind` with `rows` rows.
+def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False) -> DeviceMatrix:
+    """A checked view (``nbspmm.launch.DeviceMatrix``) of a C-contiguous 2-D device matrix of element
+    kind `kind` with `rows` rows.
 
     numpy input is cast to the kind's dtype and copied to the GPU (not allowed for `writable` outputs);
-    a device array (numba, cupy, torch) is wrapped without copying and must already have the dtype.
+    a device array (numba, cupy, torch) is used in place and must already have the dtype. Only the
+    array's ``__cuda_array_interface__`` is read (no wrapping: this is on every call's path).
     """
-    from numba import cuda
-
     expected = DEVICE_DTYPE[kind]
     if isinstance(x, np.ndarray):
         if writable:
@@ -155,23 +178,23 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
             host = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
         else:
             host = np.ascontiguousarray(x.astype(host_dtype))
-        return cuda.to_device(host)
+        from numba import cuda
+
+        return DeviceMatrix.of(cuda.to_device(host))
     x, was_bf16 = _torch_bf16_as_bits(x)
     if not hasattr(x, "__cuda_array_interface__"):
         raise TypeError(f"{name} must be a numpy array or a device array with __cuda_array_interface__; "
                         f"got {type(x).__name__}")
-    arr = cuda.as_cuda_array(x)
-    if was_bf16:
-        arr = arr.view(np.uint16)
-    if kind == "bf16" and arr.dtype == np.int16:
+    arr = DeviceMatrix.of(x)
+    if was_bf16 or (kind == "bf16" and arr.dtype == np.int16):
         arr = arr.view(np.uint16)
     if arr.dtype != expected:
         shown = "bfloat16 (or its uint16 bits)" if kind == "bf16" else expected.name
         raise TypeError(f"{name} must have dtype {shown} to match A; got {arr.dtype} (cast it on the device first)")
-    if arr.ndim != 2:
+    if len(arr.shape) != 2:
         raise ValueError(f"{name} must be 2-D; got shape {arr.shape}")
     if arr.shape[0] != rows:
         raise ValueError(f"{name} must have {rows} rows; got shape {arr.shape}")
-    if not arr.is_c_contiguous():
+    if not arr.is_c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (row-major); got strides {arr.strides}")
     return arr

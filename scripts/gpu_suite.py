@@ -61,9 +61,12 @@ def environment(out: Path) -> list[tuple[str, str, str]]:
     return [("environment", "info", " | ".join(l.replace("\n", "; ") for l in lines)[:200])]
 
 
-def gpu_tests(out: Path, pattern: str | None) -> list[tuple[str, str, str]]:
+def gpu_tests(out: Path, pattern: str | None, jobs: int = 1) -> list[tuple[str, str, str]]:
     """One pytest process per test module: a kernel fault leaves a CUDA context unusable (a "sticky"
-    error), so a fault in one module must not fail every module after it."""
+    error), so a fault in one module must not fail every module after it. `jobs` modules run at once
+    (each process has its own CUDA context; most of a module's time is compiling kernels on the CPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     env = dict(os.environ, NBSPMM_REQUIRE_GPU="1", PYTHONUNBUFFERED="1")
     rows = []
     total_rc = 0
@@ -73,14 +76,19 @@ def gpu_tests(out: Path, pattern: str | None) -> list[tuple[str, str, str]]:
     # tests/gpu/ holds the GPU tests; a CPU test module may carry a few `gpu`-marked tests too.
     modules = sorted((REPO / "tests" / "gpu").glob("test_*.py")) + sorted(
         p for p in (REPO / "tests").glob("test_*.py") if "mark.gpu" in p.read_text())
-    for module in modules:
+    def run_module(module):
         xml_path = xml_dir / f"{module.stem}.xml"
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-rfEs", "-q", "-p", "no:cacheprovider",
                f"--junitxml={xml_path}", str(module.relative_to(REPO))]
         if pattern:
             cmd += ["-k", pattern]
+        return run_logged(cmd, xml_dir / f"{module.stem}.log", env=env, timeout=400)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(run_module, modules))
+    for module, (rc, secs) in zip(modules, results):
+        xml_path = xml_dir / f"{module.stem}.xml"
         module_log = xml_dir / f"{module.stem}.log"
-        rc, secs = run_logged(cmd, module_log, env=env, timeout=400)
         with open(log_all, "a") as f:
             f.write(f"\n{'=' * 30} {module.name} (rc={rc}, {secs:.0f} s) {'=' * 30}\n")
             f.write(module_log.read_text(errors="replace"))
@@ -106,7 +114,7 @@ def gpu_tests(out: Path, pattern: str | None) -> list[tuple[str, str, str]]:
 def sanitize(out: Path) -> list[tuple[str, str, str]]:
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     rows = []
-    for variant in ("bcsr-v3", "bcsr-v4", "wcsr"):
+    for variant in ("bcsr-v3", "bcsr-v4", "bcsr-pingpong", "wcsr", "wcsr-pingpong+two_pass"):
         for check in SANITIZER_TOOLS:
             log = Path(tempfile.mkdtemp()) / f"sanitize_{variant}_{check}.log"
             rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
@@ -151,6 +159,7 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for logs and results")
     parser.add_argument("--tests", nargs="?", const="", default=None,
                         help="run the GPU tests (optionally only those matching this -k pattern)")
+    parser.add_argument("--jobs", type=int, default=1, help="test modules run at once (default 1)")
     parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer on a small BCSR v3/v4 case")
     parser.add_argument("--record", action="store_true", help="record the notebooks' timelines (recorded/)")
     parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",
@@ -160,7 +169,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = environment(args.out)
     if args.tests is not None:
-        rows += gpu_tests(args.out, args.tests or None)
+        rows += gpu_tests(args.out, args.tests or None, args.jobs)
     if args.sanitize:
         rows += sanitize(args.out)
     if args.record:

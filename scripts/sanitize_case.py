@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py bcsr-v3|bcsr-v4|wcsr`.
+"""A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-VARIANT[+COMBINE]`,
+e.g. bcsr-v3, bcsr-v4, bcsr-pingpong, wcsr-ws, wcsr-pingpong+two_pass (plain "wcsr" is wcsr-ws).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -14,16 +15,19 @@ import formats
 from nbspmm.api import SpMMOperator
 
 name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
+kernel, _, combine = name.partition("+")
+fmt_name, _, variant = kernel.partition("-")
+options = {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
 M, K, N = 300, 200, 136
 dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[:, None] // 64 != 1)  # unit 1 empty
-if name.startswith("bcsr"):
-    variant = name.split("-")[1]
+if fmt_name == "bcsr":
     A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
-    op = SpMMOperator(A, kernel=variant, **({"max_blocks": 1} if variant == "v4" else {}))
+    persistent = variant in ("v4", "wide", "pingpong")          # the persistent variants get split rows
+    op = SpMMOperator(A, kernel=variant, **({"max_blocks": 1} if persistent else {}), **options)
 else:
     A = formats.WCSR.from_scipy(dense, window_rows=64, tile_cols=16, dtype=np.float16)
-    op = SpMMOperator(A, kernel="ws", max_tiles=2)
+    op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, **options)
 B = rng.standard_normal((K, N)).astype(np.float16)
 C = op(B).copy_to_host()
 ref = A.matmul_reference(B)

@@ -19,7 +19,10 @@ def test_ladder_configs_are_consistent():
 
 @pytest.mark.parametrize("bad", [dict(block_k=8), dict(block_k=48), dict(wg_n=96), dict(stages=20),
                                  dict(loader="sync", stages=2), dict(persistent=True, specialized=False),
-                                 dict(loader="sync", stages=1, specialized=False, gather_b=True)])
+                                 dict(loader="sync", stages=1, specialized=False, gather_b=True),
+                                 dict(schedule="pingpong", specialized=False, stages=2),
+                                 dict(schedule="pingpong", consumer_wgs=1), dict(schedule="zigzag"),
+                                 dict(combine="sometimes")])
 def test_bad_configs_are_rejected(bad):
     base = dict(name="x", loader="tma", stages=4, specialized=True, persistent=False)
     base.update(bad)
@@ -31,6 +34,31 @@ def test_padded_columns_meets_tma_stride_rule():
     for n in range(1, 40):
         p = tc_pipeline.padded_columns(n)
         assert p >= n and (p * 2) % 16 == 0 and p - n < 8
+
+
+def test_wide_and_pingpong_tiles():
+    wide, pingpong = bcsr.VARIANTS["wide"], bcsr.VARIANTS["pingpong"]
+    # wide: both warpgroups on one item, 2 x 256 columns; a stage = 8 KB of A + 64 x 512 fp16 of B.
+    assert (wide.tile_n, wide.stage_bytes, wide.release_arrivals) == (512, 8192 + 65536, 8)
+    # pingpong: each warpgroup a whole 64 x 256 item; only its own 4 warps release a stage.
+    assert (pingpong.tile_n, pingpong.stage_bytes, pingpong.release_arrivals) == (256, 8192 + 32768, 4)
+    for cfg in (wide, pingpong):
+        assert cfg.smem_bytes <= tc_pipeline.MAX_DYNAMIC_SMEM
+        assert bcsr.config(cfg.name, "f16", "f32").stages == cfg.stages    # as many as fit, no more
+
+
+def test_ring_advance_by_equals_repeated_advance():
+    from nbspmm.kernels.pipeline import make_ring
+
+    for stages in (1, 2, 3, 5, 8):
+        ring = make_ring(stages, 1024, 4)
+        advance, advance_by = ring[1].py_func, ring[2].py_func
+        for start in range(stages):
+            for phase in (0, 1):
+                s, ph = start, phase
+                for n in range(3 * stages + 2):
+                    assert advance_by(start, phase, n) == (s, ph), (stages, start, phase, n)
+                    s, ph = advance(s, ph)
 
 
 @pytest.mark.parametrize("name", ["bcsr-v0", "bcsr-v1", "bcsr-v2", "bcsr-v3", "bcsr"])
@@ -60,6 +88,28 @@ def test_tile_shape_follows_n():
     assert tc_pipeline.tile_shape_for(64) == (1, 64)
     assert tc_pipeline.tile_shape_for(65) == (2, 64)
     assert tc_pipeline.tile_shape_for(129) == (2, 128)
+    assert tc_pipeline.tile_shape_for(4096) == (2, 128)
+    assert tc_pipeline.tile_shape_for(300, widest=256) == (2, 192)
+    assert tc_pipeline.tile_shape_for(4096, widest=256) == (2, 256)
+    # ping-pong: two warpgroups always, each as wide as N needs up to the widest
+    assert tc_pipeline.tile_shape_for(8, "pingpong", 256) == (2, 64)
+    assert tc_pipeline.tile_shape_for(130, "pingpong", 256) == (2, 192)
+    assert tc_pipeline.tile_shape_for(4096, "pingpong", 256) == (2, 256)
+
+
+@pytest.mark.parametrize("name", ["bcsr-wide", "bcsr-pingpong", "wcsr-pingpong"])
+def test_wide_and_pingpong_sass(name):
+    from ptx_snippets.inspect import inspect_kernel, instructions
+
+    spec = get(name)
+    pyfunc, sig, opts = spec.build()
+    k = inspect_kernel(pyfunc, sig, **opts)
+    found = instructions(k.sass)
+    for prefix in spec.expected_sass:
+        assert any(m.startswith(prefix) for m in found), f"{name}: no {prefix} in SASS"
+    wg_n = {"bcsr-wide": 256, "bcsr-pingpong": 256, "wcsr-pingpong": 128}[name]
+    assert f"HGMMA.64x{wg_n}x16.F32" in k.sass
+    assert k.info.spill_stores == 0 and k.info.stack_frame == 0
 
 
 @pytest.mark.parametrize("name", ["wcsr", "wcsr-v3", "wcsr-v2"])

@@ -159,6 +159,12 @@ def test_unknown_peer_names_are_refused():
 
 def test_kernel_names_parse_and_unknown_formats_are_refused():
     assert cand.parse_kernel_name("bcsr:v3") == ("bcsr", "v3")
+    assert cand.parse_kernel_name("bcsr:pingpong@in") == ("bcsr", "pingpong")
+    assert cand.split_out_suffix("bcsr:pingpong@in") == ("bcsr:pingpong", None)
+    assert cand.split_out_suffix("wcsr@f32") == ("wcsr", "float32")
+    assert cand.NbspmmCandidate("bcsr@in").out_dtype is None
+    with pytest.raises(ValueError, match="output suffix"):
+        cand.split_out_suffix("bcsr@f64")
     assert cand.parse_kernel_name("wcsr") == ("wcsr", None)
     with pytest.raises(ValueError, match="unknown kernel 'csr5'"):
         cand.parse_kernel_name("csr5")

@@ -103,11 +103,23 @@ NBSPMM_FORMATS = {
 NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
+# Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
+# and what an LLM layer hands the next one); no suffix or "@f32" writes fp32.
+OUT_SUFFIXES = {"": NBSPMM_OUT_DTYPE, "f32": NBSPMM_OUT_DTYPE, "in": None}
+
+
+def split_out_suffix(name: str) -> tuple[str, str | None]:
+    """'bcsr:v4@in' -> ('bcsr:v4', None) (output in the input dtype); 'bcsr' -> ('bcsr', 'float32')."""
+    base, _, suffix = name.partition("@")
+    if suffix not in OUT_SUFFIXES:
+        raise ValueError(f"kernel {name!r}: the output suffix after '@' must be 'f32' or 'in' (the input dtype)")
+    return base, OUT_SUFFIXES[suffix]
 
 
 def parse_kernel_name(name: str) -> tuple[str, str | None]:
-    """'bcsr:v3' -> ('bcsr', 'v3'); raises ValueError naming the known formats."""
-    fmt, separator, variant = name.partition(":")
+    """'bcsr:v3' -> ('bcsr', 'v3') (an '@f32' / '@in' output suffix is allowed and ignored here);
+    raises ValueError naming the known formats."""
+    fmt, separator, variant = split_out_suffix(name)[0].partition(":")
     if fmt not in NBSPMM_FORMATS:
         raise ValueError(f"unknown kernel {name!r}: the format must be one of {sorted(NBSPMM_FORMATS)}, "
                          f"optionally with :VARIANT (e.g. bcsr:v2)")
@@ -118,14 +130,16 @@ def parse_kernel_name(name: str) -> tuple[str, str | None]:
 
 class NbspmmCandidate:
     """An nbspmm kernel through the host API: ``op = nbspmm.SpMMOperator(A, format=..., kernel=...,
-    dtype=..., out_dtype=np.float32)`` once, then ``op(B, out=C)`` per product, with B a torch tensor of
-    the case dtype and C a preallocated float32 torch tensor (one per rotated input set)."""
+    dtype=..., out_dtype=...)`` once, then ``op(B, out=C)`` per product, with B a torch tensor of the
+    case dtype and C a preallocated torch tensor (one per rotated input set) of float32, or of the case
+    dtype for a name ending in '@in'."""
 
     kind = NBSPMM
 
     def __init__(self, name: str):
         self.name = name
         self.format, self.variant = parse_kernel_name(name)
+        self.out_dtype = split_out_suffix(name)[1]        # None: the case's input dtype
         self.storage = NBSPMM_STORAGE[self.format]
 
     def _api(self):
@@ -173,24 +187,26 @@ class NbspmmCandidate:
 
         api = self._api()
         kwargs = self._operator_kwargs(api)
+        out_dtype = self.out_dtype or case.dtype
         try:
             op = api.SpMMOperator(case.csr(), dtype=numpy_dtype(case.dtype),
-                                  out_dtype=numpy_dtype(NBSPMM_OUT_DTYPE), **kwargs)
+                                  out_dtype=numpy_dtype(out_dtype), **kwargs)
         except NotImplementedError as exc:
             raise NotBuiltYet(f"SpMMOperator({kwargs}): {exc or 'not implemented'}") from None
-        return _NbspmmPrepared(op, case, inputs, repr(op))
+        return _NbspmmPrepared(op, case, inputs, repr(op), out_dtype)
 
 
 class _NbspmmPrepared:
-    def __init__(self, op, case, inputs: Inputs, note: str):
+    def __init__(self, op, case, inputs: Inputs, note: str, out_dtype: str = NBSPMM_OUT_DTYPE):
         from nbspmm.bench import gpu
 
         torch = gpu.import_torch()
         self.op = op
         self.b = inputs.b
-        self.out = [torch.empty((case.m, case.n), dtype=torch.float32, device="cuda") for _ in inputs.b]
+        self.out = [torch.empty((case.m, case.n), dtype=gpu.torch_dtype(out_dtype), device="cuda")
+                    for _ in inputs.b]
         self.in_dtype = case.dtype
-        self.out_dtype = NBSPMM_OUT_DTYPE
+        self.out_dtype = out_dtype
         self.note = note
 
     def poison(self) -> None:

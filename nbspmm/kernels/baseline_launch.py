@@ -17,8 +17,13 @@ class PreparedBaseline:
     unit_rows: int
 
     def launch(self, B, C):
+        """Enqueue C = A @ B (B, C: anything with ``__cuda_array_interface__``; numba wraps them per call —
+        the readable baseline keeps numba's ordinary launch)."""
         grid, block = baseline.grid_for(self.n_row_units, self.unit_rows, C.shape[1])
         self.kernel[grid, block](*self.arrays, B, C)
+
+    def bind(self, B, C):
+        return lambda: self.launch(B, C)
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "baseline") -> PreparedBaseline:

@@ -12,10 +12,19 @@ block column · BK — and names the rungs:
   v3  warp-specialized: a producer warp issues TMA, two consumer warpgroups multiply (setmaxnreg
       moves registers to them); one wgmma group kept in flight
   v4  v3 on a persistent grid (one CTA per SM looping over the work items, largest first): fill,
-      drain and epilogue of one item overlap the next item's loads. The default.
+      drain and epilogue of one item overlap the next item's loads.
 
-Splitting long block rows (``max_blocks``) turns their items into partial sums added atomically into
-fp32 C; by default rows are not split (the N tiles of a block row already spread it over many CTAs).
+Beyond the ladder, two tile shapes for the same persistent warp-specialized pipeline:
+  wide      cooperative, 64 × 512 CTA tile (two warpgroups of n256): each A block staged once per 512
+            columns instead of 256 — fewer bytes from L2 per flop (3 stages of 72 KB).
+  pingpong  the warpgroups take alternate 64 × 256 items (n256 each), so one warpgroup's epilogue
+            overlaps the other's multiplies: for short block rows, where the epilogue is a large
+            share of an item (5 stages of 40 KB).
+
+Splitting long block rows (``max_blocks``) turns their items into partial sums: added atomically into
+fp32 C (``combine="atomic"``) or stored and reduced in plan order (``combine="two_pass"``, any output
+dtype, deterministic). By default rows are not split (the N tiles of a block row already spread it
+over many CTAs).
 """
 from __future__ import annotations
 
@@ -24,9 +33,9 @@ from dataclasses import replace
 import numpy as np
 
 import formats
+from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, PreparedPipeline, SparseOperand, build_kernel_function,
-                                        fit_stages, kernel_signature)
+from nbspmm.kernels.tc_pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
 
 LADDER = {
     "v0": PipelineConfig("v0", loader="sync", stages=1, specialized=False, persistent=False),
@@ -35,6 +44,13 @@ LADDER = {
     "v3": PipelineConfig("v3", loader="tma", stages=4, specialized=True, persistent=False),
     "v4": PipelineConfig("v4", loader="tma", stages=4, specialized=True, persistent=True),
 }
+VARIANTS = {
+    **LADDER,
+    "wide": PipelineConfig("wide", loader="tma", stages=3, specialized=True, persistent=True, wg_n=256),
+    "pingpong": PipelineConfig("pingpong", loader="tma", stages=5, specialized=True, persistent=True, wg_n=256,
+                               schedule="pingpong"),
+}
+DEFAULT_VARIANT = "v4"
 BLOCK_KS = (64, 128)
 
 
@@ -51,50 +67,51 @@ def operand(fmt: formats.BCSR, max_blocks: int | None = None) -> SparseOperand:
 
 
 def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, **overrides) -> PipelineConfig:
-    if variant not in LADDER:
-        raise ValueError(f"unknown BCSR variant {variant!r}; the ladder is {', '.join(LADDER)}")
-    stages = overrides.pop("stages", LADDER[variant].stages)
-    one_stage = replace(LADDER[variant], block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind, **overrides)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown BCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
+    stages = overrides.pop("stages", VARIANTS[variant].stages)
+    one_stage = replace(VARIANTS[variant], block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind,
+                        **overrides)
     return fit_stages(one_stage, stages)
 
 
-def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "v4", max_blocks: int | None = None,
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT, max_blocks: int | None = None,
             **overrides) -> PreparedPipeline:
-    """The API's entry point: ladder rung `variant` prepared for `fmt` (config fields may be overridden)."""
+    """The API's entry point: variant `variant` prepared for `fmt` (config fields — schedule, combine,
+    wg_n, stages, ... — may be overridden)."""
     if not isinstance(fmt, formats.BCSR):
         raise TypeError(f"the BCSR kernels take a formats.BCSR; got {type(fmt).__name__}")
-    if max_blocks is not None and out_kind != "f32":
-        raise ValueError("splitting block rows (max_blocks) adds fp32 partial sums atomically: use out_dtype=float32")
     cfg = config(variant, in_kind, out_kind, fmt.block_shape[1], **overrides)
     return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 
 def _spec(variant: str):
-    cfg = LADDER[variant]
+    cfg = VARIANTS[variant]
     return KernelSpec(
-        name=f"bcsr-{variant}" if variant != "v4" else "bcsr",
+        name=f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr",
         description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), "
                     f"{'warp-specialized' if cfg.specialized else 'unspecialized'}"
-                    f"{', persistent' if cfg.persistent else ''}; 64x64 fp16 blocks, fp32 out",
+                    f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} 64x{cfg.tile_n} tiles; "
+                    f"64x64 fp16 blocks, fp32 out",
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ()),
     )
 
 
-for _variant in LADDER:
+for _variant in VARIANTS:
     register(_spec(_variant))
 
 
 def record_timeline(A, N: int, variant: str = "v3", *, dtype=np.float16, seed: int = 0) -> dict:
     """An instrumented run of rung `variant` on A @ B (B random, N columns): the per-role timeline
-    record of `nbspmm.kernels.tc_pipeline.record_timeline` (what notebook 05 draws)."""
-    from nbspmm.kernels import tc_pipeline
+    record of `nbspmm.kernels.prepared.record_timeline` (what notebook 05 draws)."""
+    from nbspmm.kernels import prepared as prepared_module
     from nbspmm.kernels.dtypes import kind_of
 
     fmt = A if isinstance(A, formats.BCSR) else formats.BCSR.from_scipy(A, dtype=dtype)
     prepared = prepare(fmt, kind_of(fmt.dtype), "f32", variant=variant, instrument=True)
     B = np.random.default_rng(seed).standard_normal((fmt.shape[1], N)).astype(fmt.dtype)
-    record = tc_pipeline.record_timeline(prepared, B, fmt.matmul_reference(B))
+    record = prepared_module.record_timeline(prepared, B, fmt.matmul_reference(B))
     record["kernel"] = f"bcsr-{variant}"
     record["case"]["nnzb"] = int(fmt.nnzb)
     record["case"]["dtype"] = np.dtype(fmt.dtype).name

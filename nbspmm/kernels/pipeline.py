@@ -14,9 +14,11 @@ with parity p has completed. A consumer on its r-th trip round the ring waits on
 r & 1. The producer waits on empty[s] with parity (r & 1) ^ 1: on its first trip (r = 0) that is
 parity 1, "the phase before phase 0", which counts as complete, so a fresh ring is immediately free.
 
-Every kernel keeps (stage, phase) as its ring position and moves it only through ``advance``: no kernel
-flips a parity bit itself. The functions are built by ``make_ring(n_stages, stage_bytes, consumer
-arrivals)`` because those numbers are compile-time constants of a kernel configuration.
+Every kernel keeps (stage, phase) as its ring position and moves it only through ``advance`` (one
+stage) or ``advance_by`` (n stages: a ping-pong consumer skipping the stages of the other consumer's
+work item): no kernel flips a parity bit itself. The functions are built by ``make_ring(n_stages,
+stage_bytes, consumer arrivals)`` because those numbers are compile-time constants of a kernel
+configuration.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ MBARRIER_BYTES = 8  # an mbarrier object is one 64-bit word in shared memory
 def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
     """Device functions for a ring of `n_stages` stages of `stage_bytes` bytes each.
 
-    Returns (init, advance, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier).
+    Returns (init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release,
+    full_barrier).
     `bars` is the 32-bit shared address of 2 * n_stages mbarriers: full[0..S) then empty[0..S).
     """
     if n_stages < 1:
@@ -66,6 +69,13 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
         return stage, phase
 
     @cuda.jit(device=True, forceinline=True)
+    def advance_by(stage, phase, n):
+        """The ring position n stages on: the parity flips once per wrap, so it flips by the parity of
+        the number of wraps."""
+        ahead = stage + n
+        return ahead % S, phase ^ ((ahead // S) & 1)
+
+    @cuda.jit(device=True, forceinline=True)
     def producer_acquire(bars, stage, phase):
         """Wait until the consumers have released this stage (see the module docstring for the ^ 1)."""
         mbarrier_wait(empty_barrier(bars, stage), uint32(phase ^ 1))
@@ -86,4 +96,4 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
     def consumer_release(bars, stage):
         mbarrier_arrive(empty_barrier(bars, stage))
 
-    return init, advance, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier
+    return init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier

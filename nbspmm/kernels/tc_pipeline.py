@@ -64,6 +64,8 @@ from ptx_snippets.descriptor import SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B
 
 SWIZZLE_CODE_OF_SPAN = {32: SWIZZLE_32B, 64: SWIZZLE_64B, 128: SWIZZLE_128B}
 SWIZZLE_NAME_OF_SPAN = {32: "32B", 64: "64B", 128: "128B"}
+SCHEDULES = ("cooperative", "pingpong")
+COMBINES = ("atomic", "two_pass")
 
 # ---- hardware rules the configurations are derived from ----------------------------------------
 WARP = 32
@@ -113,6 +115,20 @@ class PipelineConfig:
     instrument: bool = False     # record per-role timeline stamps (see TIMELINE_EVENTS)
     in_kind: str = "f16"
     out_kind: str = "f32"
+    # How consumer warpgroups share the work (specialized only):
+    #   "cooperative": every warpgroup works on every item, each on its own WG_N columns (CTA tile
+    #                  64 x wgs*WG_N); the epilogue stalls the tensor cores;
+    #   "pingpong":    warpgroups take alternate items, each the whole WG_N-wide tile: one warpgroup's
+    #                  epilogue overlaps the other's multiplies (CUTLASS's "ping-pong" schedule).
+    schedule: str = "cooperative"
+    # How items of a split unit (plan.shared) combine their partial tiles:
+    #   "atomic":   fp32 red.global.add into C rows zeroed first (fp32 output only);
+    #   "two_pass": each partial tile stored to a buffer, then a reduction kernel sums them in plan
+    #               order into C (deterministic: bit-identical across runs; any output kind).
+    combine: str = "atomic"
+    # A measuring probe, not a product: False skips the wgmma (the loads, barriers and epilogue still
+    # run), so its time is the data movement alone.
+    multiply: bool = True
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -128,6 +144,13 @@ class PipelineConfig:
             raise ValueError("synchronous loads use one stage and no specialization")
         if self.persistent and not self.specialized:
             raise ValueError("the persistent schedule is built on the warp-specialized pipeline")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+        if self.schedule == "pingpong" and (not self.specialized or self.consumer_wgs < 2):
+            raise ValueError("the ping-pong schedule alternates items between two or more consumer warpgroups "
+                             "of the warp-specialized pipeline")
+        if self.combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}; got {self.combine!r}")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
             raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
         if self.smem_bytes > MAX_DYNAMIC_SMEM:
@@ -136,8 +159,16 @@ class PipelineConfig:
 
     # -- derived sizes (bytes) --
     @property
-    def tile_n(self):
-        return self.wg_n * self.consumer_wgs
+    def pingpong(self):
+        return self.schedule == "pingpong"
+
+    @property
+    def tile_n(self):              # columns of C per work item
+        return self.wg_n if self.pingpong else self.wg_n * self.consumer_wgs
+
+    @property
+    def release_arrivals(self):    # warps that release each stage: those of the warpgroups reading it
+        return (1 if self.pingpong else self.consumer_wgs) * WARPGROUP // WARP
 
     @property
     def a_span(self):              # bytes of one A row per chunk: the A swizzle mode (32, 64 or 128 B)
@@ -182,23 +213,29 @@ class PipelineConfig:
 
 def build_kernel_function(cfg: PipelineConfig):
     """The Python kernel function for one configuration (jit it with launch_bounds=(cfg.threads, 1))."""
-    (ring_init, advance, producer_acquire, producer_arm,
-     consumer_wait, consumer_release, _full_barrier) = make_ring(cfg.stages, cfg.stage_bytes, cfg.consumer_warps)
+    (ring_init, advance, advance_by, producer_acquire, producer_arm,
+     consumer_wait, consumer_release, _full_barrier) = make_ring(cfg.stages, cfg.stage_bytes, cfg.release_arrivals)
     mma = make_wgmma(cfg.wg_n, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=0, trans_b=1)
     zero_accumulator = make_zero_accumulator(cfg.wg_n)
     store_tile = make_fragment_store(cfg.wg_n, cfg.out_kind)
-    # Split block rows add fp32 partial tiles atomically; plans for other output kinds are never split
-    # (PreparedPipeline refuses), so there the shared branch is dead and the plain store stands in for it.
+    # Items of split units either add their fp32 partial tiles atomically into C (PreparedPipeline
+    # refuses that for 16-bit outputs, so there the branch is dead and the plain store stands in), or
+    # store them to the fp32 partials buffer for the reduction pass.
     add_tile = make_fragment_atomic_add(cfg.wg_n) if cfg.out_kind == "f32" else store_tile
+    store_partial = make_fragment_store(cfg.wg_n, "f32")
 
     SYNC_LOADS = cfg.loader == "sync"
     INSTRUMENT = cfg.instrument
     SPECIALIZED = cfg.specialized
+    PINGPONG = cfg.pingpong
+    MULTIPLY = cfg.multiply
+    TWO_PASS = cfg.combine == "two_pass"
     STAGES = cfg.stages
     N_BARRIERS = 2 * STAGES                   # full[0..S) then empty[0..S)
     LOOKAHEAD = STAGES - 1                    # loads kept in flight ahead of the multiply (unspecialized)
     PRODUCER_WG = cfg.consumer_wgs            # the last warpgroup produces (consumers are 0 .. wgs-1)
     CONSUMER_THREADS = cfg.consumer_wgs * WARPGROUP
+    CONSUMER_WGS = cfg.consumer_wgs
     BK = cfg.block_k
     GATHER_B = cfg.gather_b
     K_STEPS = BK // MMA_K
@@ -209,7 +246,8 @@ def build_kernel_function(cfg: PipelineConfig):
     WG_N, TILE_N, N_GROUP = cfg.wg_n, cfg.tile_n, cfg.n_group
     A_CHUNKS, A_CHUNK_BYTES, A_STAGE_BYTES = cfg.a_chunks, cfg.a_chunk_bytes, cfg.a_stage_bytes
     B_CHUNKS, B_CHUNK_BYTES = cfg.b_chunks, cfg.b_chunk_bytes
-    WG_B_OFFSET = (WG_N // CHUNK_ELEMS) * B_CHUNK_BYTES   # where warpgroup g's columns start in the B tile
+    # Where warpgroup g's columns start in the B tile (cooperative); ping-pong warpgroups read it all.
+    WG_B_OFFSET = 0 if PINGPONG else (WG_N // CHUNK_ELEMS) * B_CHUNK_BYTES
     STAGE_BYTES = cfg.stage_bytes
     # Descriptor strides (PTX ISA "Matrix Descriptor Format"; layouts in ptx_snippets.descriptor):
     # A, K-major, swizzled by its row span: 8-row core groups 8 · span apart (SBO); LBO unused for
@@ -301,16 +339,18 @@ def build_kernel_function(cfg: PipelineConfig):
         a_base = smem_base + uint32(stage * STAGE_BYTES)
         b_base = a_base + uint32(A_STAGE_BYTES + g * WG_B_OFFSET)
         wgmma_fence()                                   # accumulator registers are about to be async-written
-        for kk in range(K_STEPS):
-            a_addr = a_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
-                                     + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR)
-            b_addr = b_base + uint32(kk * K_STEP_BYTES_MNMAJOR)
-            acc = mma(acc, make_smem_descriptor(a_addr, A_LBO, A_SBO, A_SWIZZLE),
-                      make_smem_descriptor(b_addr, B_LBO, B_SBO, SWIZZLE_128B), uint32(1))
+        if MULTIPLY:
+            for kk in range(K_STEPS):
+                a_addr = a_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
+                                         + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR)
+                b_addr = b_base + uint32(kk * K_STEP_BYTES_MNMAJOR)
+                acc = mma(acc, make_smem_descriptor(a_addr, A_LBO, A_SBO, A_SWIZZLE),
+                          make_smem_descriptor(b_addr, B_LBO, B_SBO, SWIZZLE_128B), uint32(1))
         wgmma_commit_group()
         return acc
 
-    def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps):
+    def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
+               partials, partial_slot):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         smem_words = cuda.shared.array(0, dtype=np.uint64, alignment=1024)  # the same bytes, as words
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
@@ -356,11 +396,20 @@ def build_kernel_function(cfg: PipelineConfig):
             pstage, pphase = 0, 0               # producer ring position (thread 0, unspecialized TMA)
             recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
             slot, pslot = 0, 0
+            turn = 0                            # ping-pong: this CTA's item count, whose turn it is
             for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
                 p, t = item_coords(item, n_plan, n_tiles_n)
                 begin = begins[p]
                 n_blocks = ends[p] - begin
                 n0 = t * TILE_N
+                if PINGPONG:
+                    mine = turn % CONSUMER_WGS == g
+                    turn += 1
+                    if not mine:
+                        # The producer fills the ring item after item: step over the other
+                        # warpgroup's k-blocks to this warpgroup's next stage.
+                        stage, phase = advance_by(stage, phase, n_blocks)
+                        continue
                 if not SPECIALIZED and not SYNC_LOADS and tid == 0:
                     for i in range(min(LOOKAHEAD, n_blocks)):          # prologue: fill the ring
                         producer_acquire(bars, pstage, pphase)
@@ -416,11 +465,13 @@ def build_kernel_function(cfg: PipelineConfig):
                 if recorder:
                     slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
                 row0 = rows[p] * BLOCK_M
-                col0 = n0 + g * WG_N
-                if shared[p] != 0:
-                    add_tile(acc, C, row0, col0, tid % WARPGROUP)   # C rows pre-zeroed; other items add too
-                else:
+                col0 = n0 if PINGPONG else n0 + g * WG_N
+                if shared[p] == 0:
                     store_tile(acc, C, row0, col0, tid % WARPGROUP)
+                elif TWO_PASS:                                      # the reduction pass sums the partials
+                    store_partial(acc, partials, partial_slot[p] * BLOCK_M, col0, tid % WARPGROUP)
+                else:
+                    add_tile(acc, C, row0, col0, tid % WARPGROUP)   # C rows pre-zeroed; other items add too
                 if recorder:
                     slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
 
@@ -435,7 +486,9 @@ def kernel_signature(cfg: PipelineConfig):
     words = types.Array(types.uint64, 2, "C")
     out = types.Array(from_dtype(DEVICE_DTYPE[cfg.out_kind]), 2, "C")
     stamps = types.Array(types.int64, 4, "C")
-    return (i32, i32, i32, i32, col_index, types.uint8[::1], types.uint8[::1], words, words, out, types.int32, stamps)
+    partials = types.Array(types.float32, 2, "C")
+    return (i32, i32, i32, i32, col_index, types.uint8[::1], types.uint8[::1], words, words, out, types.int32, stamps,
+            partials, i32)
 
 
 _COMPILED: dict[PipelineConfig, object] = {}
@@ -452,25 +505,7 @@ def compiled_kernel(cfg: PipelineConfig):
     return _COMPILED[cfg]
 
 
-# ---- host side ---------------------------------------------------------------------------------
-
-@cuda.jit
-def _copy_padded(src, dst):
-    """dst[:, :src.shape[1]] = src; the padding columns stay zero (dst was zeroed)."""
-    r, c = cuda.grid(2)
-    if r < src.shape[0] and c < src.shape[1]:
-        dst[r, c] = src[r, c]
-
-
-@cuda.jit
-def _zero_block_rows(C, block_rows):
-    """Zero the rows of C belonging to `block_rows` (the block rows whose items accumulate atomically)."""
-    i, c = cuda.grid(2)
-    if i < block_rows.shape[0] * BLOCK_M and c < C.shape[1]:
-        row = block_rows[i // BLOCK_M] * BLOCK_M + i % BLOCK_M
-        if row < C.shape[0]:
-            C[row, c] = 0
-
+# ---- configuration helpers (host) -------------------------------------------------------------
 
 def padded_columns(n: int) -> int:
     """N rounded up so that a 16-bit row pitch is a multiple of TMA's 16-byte stride rule."""
@@ -482,183 +517,18 @@ def sm_count() -> int:
     return cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
-@dataclass(frozen=True)
-class SparseOperand:
-    """What the pipeline needs of a sparse format, on the host (built by bcsr.operand / wcsr.operand).
-
-    values:    16-bit values of every A tile stacked as a (tiles · 64) × BK matrix (uint16 view);
-    col_index: int32 (tiles, 1) block columns (BCSR) or (tiles, KT) condensed columns, -1 = padding (WCSR);
-    plan:      the formats.SplitPlan of the work items (unit = block row / window).
-    """
-    name: str
-    shape: tuple
-    block_k: int
-    gather_b: bool
-    values: np.ndarray
-    col_index: np.ndarray
-    plan: object
-
-
-def tile_shape_for(n: int) -> tuple[int, int]:
-    """(consumer warpgroups, wgmma N) for N columns: no wider than N needs, up to 2 × 128."""
+def tile_shape_for(n: int, schedule: str = "cooperative", widest: int = 2 * CHUNK_ELEMS) -> tuple[int, int]:
+    """(consumer warpgroups, wgmma N) for N columns: a tile no wider than N needs, at most `widest`
+    columns per warpgroup. Cooperative warpgroups split the tile's columns (one warpgroup up to 64
+    columns); ping-pong warpgroups each take whole items, so there are always two."""
+    if schedule == "pingpong":
+        return 2, min(widest, -(-n // CHUNK_ELEMS) * CHUNK_ELEMS)
     if n <= CHUNK_ELEMS:
         return 1, CHUNK_ELEMS
-    if n <= 2 * CHUNK_ELEMS:
-        return 2, CHUNK_ELEMS
-    return 2, 2 * CHUNK_ELEMS
+    return 2, min(widest, -(-n // (2 * CHUNK_ELEMS)) * CHUNK_ELEMS)
 
 
 def fit_stages(cfg: PipelineConfig, wanted: int) -> PipelineConfig:
     """`cfg` with `wanted` stages, or as many as shared memory holds (a 64x128 BCSR block with its
     128-row B tile is 80 KB a stage: two fit)."""
     return replace(cfg, stages=max(1, min(wanted, MAX_DYNAMIC_SMEM // replace(cfg, stages=1).stage_bytes)))
-
-
-# Tensor maps of recently used B buffers kept per operator (least recently used dropped first). Large
-# enough for a benchmark's rotation of input buffers: a miss encodes a map and copies its 128 bytes to
-# the device synchronously, which stalls the stream (measured: ~400 us per call when 8 entries thrashed).
-B_MAP_CACHE_SIZE = 256
-
-
-class PreparedPipeline:
-    """Device copy of a sparse operand, its plan and A's tensor map; launches the pipeline configured by
-    `cfg` with the tile shape that suits each call's N."""
-
-    def __init__(self, operand: SparseOperand, cfg: PipelineConfig):
-        from ptx_snippets import encode_tiled
-
-        if operand.block_k != cfg.block_k or operand.gather_b != cfg.gather_b:
-            raise ValueError(f"the {cfg.name} kernel takes k-blocks of {cfg.block_k} "
-                             f"({'gathered' if cfg.gather_b else 'contiguous'} B rows); got {operand.block_k}")
-        plan = operand.plan
-        if np.asarray(plan.shared).any() and cfg.out_kind != "f32":
-            raise ValueError("split work items accumulate partial sums atomically in fp32: "
-                             "use out_dtype=float32 when splitting")
-        self.name, self.cfg, self.plan = cfg.name, cfg, plan
-        self.rows, self.begins, self.ends = (cuda.to_device(np.ascontiguousarray(a, dtype=np.int32))
-                                             for a in (plan.row, plan.begin, plan.end))
-        self.shared = cuda.to_device(np.ascontiguousarray(plan.shared, dtype=np.int32))
-        shared_rows = np.unique(np.asarray(plan.row)[np.asarray(plan.shared, dtype=bool)]).astype(np.int32)
-        self.shared_rows = cuda.to_device(shared_rows) if shared_rows.size else None
-        # An operand with no tiles still gets one zero tile, so that the map and the arguments exist.
-        n_tiles = operand.values.shape[0] // BLOCK_M
-        values = operand.values if n_tiles else np.zeros((BLOCK_M, cfg.block_k), np.uint16)
-        col_index = operand.col_index if n_tiles else np.full((1, operand.col_index.shape[1]), -1, np.int32)
-        self.col_index = cuda.to_device(np.ascontiguousarray(col_index, dtype=np.int32))
-        self.a_data = cuda.to_device(np.ascontiguousarray(values))
-        self.a_words = self.a_data.view(np.uint64)
-        self.a_map = encode_tiled(self.a_data, box=(BLOCK_M, cfg.a_span // ELEMENT_BYTES),
-                                  swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
-        self._b_maps: dict[tuple, object] = {}
-        self._pad_buffers: dict[tuple, object] = {}
-        self.n_ctas_persistent = sm_count()
-        self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
-
-    @property
-    def _tma_dtype(self):
-        return "bf16" if self.cfg.in_kind == "bf16" else "f16"
-
-    def config_for(self, n: int) -> PipelineConfig:
-        wgs, wg_n = tile_shape_for(n)      # never wider than the default 2 x 128, so the stages still fit
-        return replace(self.cfg, consumer_wgs=wgs, wg_n=wg_n)
-
-    def _b_operand(self, B):
-        """B as TMA can address it (row pitch a multiple of 16 bytes), and its tensor map (cached per buffer)."""
-        from ptx_snippets import encode_tiled
-
-        K, N = B.shape
-        n_pad = padded_columns(N)
-        if n_pad != N:
-            key = (K, N)
-            if key not in self._pad_buffers:
-                self._pad_buffers[key] = cuda.to_device(np.zeros((K, n_pad), dtype=np.uint16))
-            padded = self._pad_buffers[key]
-            _copy_padded[(math.ceil(K / 16), math.ceil(N / 16)), (16, 16)](B.view(np.uint16), padded)
-            B = padded
-        B16 = B.view(np.uint16)
-        key = (B16.__cuda_array_interface__["data"][0], K, n_pad)
-        if key in self._b_maps:
-            self._b_maps[key] = self._b_maps.pop(key)             # most recently used last
-        else:
-            if len(self._b_maps) >= B_MAP_CACHE_SIZE:
-                self._b_maps.pop(next(iter(self._b_maps)))         # least recently used first
-            box_rows = 1 if self.cfg.gather_b else self.cfg.block_k
-            self._b_maps[key] = (B16, encode_tiled(B16, box=(box_rows, CHUNK_ELEMS), swizzle="128B",
-                                                   dtype=self._tma_dtype))
-        return self._b_maps[key]
-
-    def grid_size(self, N: int, cfg: PipelineConfig | None = None) -> int:
-        """CTAs launched for N columns: one per work item, or one per SM (persistent)."""
-        cfg = cfg or self.config_for(N)
-        n_items = len(self.plan.row) * math.ceil(N / cfg.tile_n)
-        return min(n_items, self.n_ctas_persistent) if cfg.persistent else n_items
-
-    def launch(self, B, C, stamps=None):
-        """Enqueue C = A @ B. `stamps`: the timeline buffer of an instrumented configuration
-        (see `record_timeline`); uninstrumented kernels get a one-element placeholder."""
-        M, N = C.shape
-        if M == 0 or N == 0:
-            return
-        cfg = self.config_for(N)
-        B16, b_map = self._b_operand(B)
-        grid = self.grid_size(N, cfg)
-        if self.shared_rows is not None:
-            rows = self.shared_rows.shape[0] * BLOCK_M
-            _zero_block_rows[(math.ceil(rows / 16), math.ceil(N / 16)), (16, 16)](C, self.shared_rows)
-        if grid == 0:
-            return
-        compiled_kernel(cfg)[grid, cfg.threads, 0, cfg.smem_bytes](
-            self.rows, self.begins, self.ends, self.shared, self.col_index, self.a_map.device, b_map.device,
-            self.a_words, B16.view(np.uint64), C, np.int32(math.ceil(N / cfg.tile_n)),
-            self._no_stamps if stamps is None else stamps)
-
-
-ROLE_NAMES = ("producer", "consumer0", "consumer1")
-
-
-def record_timeline(prepared: PreparedPipeline, B_host: np.ndarray, reference: np.ndarray) -> dict:
-    """Run `prepared` (an instrumented configuration) once after a warm-up run on B_host; return the
-    timeline record the notebooks draw:
-    ``{"kernel", "case", "clock_ghz", "rel_error", "events": [{cta, role, event, stage, kblock, cycles, t_ns}]}``.
-
-    t_ns is derived: each CTA's first %globaltimer stamp plus its clock64 cycles since then divided by
-    the SM clock, which is estimated from the run itself (cycles / globaltimer over every CTA's span),
-    because %globaltimer alone ticks too coarsely to resolve one k-block.
-    """
-    if not prepared.cfg.instrument:
-        raise ValueError("record_timeline needs a configuration built with instrument=True")
-    M = reference.shape[0]
-    K, N = B_host.shape
-    B = cuda.to_device(B_host.view(np.uint16))
-    C = cuda.device_array((M, N), dtype=np.float32)
-    cfg = prepared.config_for(N)
-    grid = prepared.grid_size(N, cfg)
-    shape = (grid, cfg.consumer_wgs + 1, TIMELINE_EVENT_CAP, STAMP_FIELDS)
-    for _ in range(2):                       # the first run warms up (module load, first touch)
-        stamps = cuda.to_device(np.full(shape, -1, dtype=np.int64))
-        prepared.launch(B, C, stamps=stamps)
-    raw = stamps.copy_to_host()
-    out = C.copy_to_host()
-    rel = float(np.linalg.norm(out - reference) / max(np.linalg.norm(reference), 1e-300))
-
-    valid = raw[..., 2] >= 0
-    cycles, gtimer = raw[..., 0], raw[..., 1]
-    spans_c, spans_t = [], []
-    for cta in range(grid):
-        v = valid[cta]
-        if v.sum() > 1:
-            spans_c.append(cycles[cta][v].max() - cycles[cta][v].min())
-            spans_t.append(gtimer[cta][v].max() - gtimer[cta][v].min())
-    clock_ghz = float(np.sum(spans_c) / np.sum(spans_t)) if np.sum(spans_t) > 0 else float("nan")
-    events = []
-    for cta, role, slot in zip(*np.nonzero(valid)):
-        v = valid[cta]
-        c0, t0 = cycles[cta][v].min(), gtimer[cta][v].min()
-        c, _, code, stage, kblock = (int(x) for x in raw[cta, role, slot])
-        events.append({"cta": int(cta), "role": ROLE_NAMES[role], "event": TIMELINE_EVENTS[code],
-                       "stage": stage, "kblock": kblock, "cycles": c,
-                       "t_ns": float(t0 + (c - c0) / clock_ghz)})
-    events.sort(key=lambda e: (e["cta"], e["t_ns"]))
-    return {"kernel": prepared.name, "case": {"M": M, "K": K, "N": N, "stages": cfg.stages, "grid": grid,
-                                              "tile_n": cfg.tile_n},
-            "clock_ghz": clock_ghz, "rel_error": rel, "events": events}

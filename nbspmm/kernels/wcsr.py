@@ -9,15 +9,17 @@ the 128-byte-swizzled MN-major layout wgmma reads (TMA swizzles by shared-memory
 slots load a row past the end of B, which TMA zero-fills.
 
 Variants (the same rungs as BCSR where they apply; the synchronous loader is BCSR-only):
-  ws   warp-specialized, 8 stages, persistent grid over the split plan (the default)
-  v3   warp-specialized, non-persistent
-  v2   TMA multi-stage, unspecialized
+  ws        warp-specialized, 8 stages, persistent grid over the split plan (the default)
+  pingpong  ws with the consumer warpgroups taking alternate items (epilogue under the other's multiplies)
+  v3        warp-specialized, non-persistent
+  v2        TMA multi-stage, unspecialized
 
-Load balancing: windows with more than ``max_tiles`` tiles are split into several work items whose
-partial tiles are added into fp32 C with ``red.global.add`` (the rows of split windows are zeroed
-first). ``max_tiles=None`` (default) chooses it from the matrix: `formats.balanced_max_tiles` for
-about SPLIT_ITEMS_PER_SM work items per SM, if that cuts the longest window; with a 16-bit output C
-windows are never split.
+Load balancing: windows with more than ``max_tiles`` tiles are split into several work items. Their
+partial tiles are combined by ``combine="atomic"`` (default: ``red.global.add`` into fp32 C, whose rows
+of split windows are zeroed first) or ``combine="two_pass"`` (partials stored, then summed in plan order
+by a reduction kernel: deterministic, bit-identical across runs, any output dtype). ``max_tiles="auto"``
+(default) chooses it from the matrix (``default_max_tiles``); None never splits; with a 16-bit output
+and atomic combination windows are never split.
 """
 from __future__ import annotations
 
@@ -26,20 +28,27 @@ from dataclasses import replace
 import numpy as np
 
 import formats
+from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, PreparedPipeline, SparseOperand, build_kernel_function,
-                                        fit_stages, kernel_signature, sm_count)
+from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature,
+                                        sm_count)
 
 VARIANTS = {
     "ws": PipelineConfig("wcsr-ws", loader="tma", stages=8, specialized=True, persistent=True, block_k=16,
                          gather_b=True),
+    "pingpong": PipelineConfig("wcsr-pingpong", loader="tma", stages=8, specialized=True, persistent=True,
+                               block_k=16, gather_b=True, schedule="pingpong"),
     "v3": PipelineConfig("wcsr-v3", loader="tma", stages=8, specialized=True, persistent=False, block_k=16,
                          gather_b=True),
     "v2": PipelineConfig("wcsr-v2", loader="tma", stages=4, specialized=False, persistent=False, block_k=16,
                          gather_b=True),
 }
 TILE_COLS = (16, 32, 64)
-SPLIT_ITEMS_PER_SM = 4         # target work items per SM when choosing max_tiles
+# Splitting: aim for one wave of equal items (a persistent CTA per SM), but never cut items below
+# MIN_SPLIT_TILES tiles — each split item costs a partial-tile write (atomic or to the buffer) that a
+# few k-blocks do not pay for.
+SPLIT_ITEMS_PER_SM = 1
+MIN_SPLIT_TILES = 4
 
 
 def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
@@ -54,26 +63,26 @@ def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
                          formats.split_plan(fmt, max_tiles=max_tiles))
 
 
-def default_max_tiles(fmt: formats.WCSR, out_kind: str) -> int | None:
-    """Split only what would otherwise serialize: cut windows longer than the balanced share."""
-    if out_kind != "f32" or fmt.n_tiles == 0:
+def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic") -> int | None:
+    """Split only what would otherwise serialize: cut windows longer than the balanced share (one wave
+    of items, none below MIN_SPLIT_TILES tiles)."""
+    if (out_kind != "f32" and combine == "atomic") or fmt.n_tiles == 0:
         return None
-    share = formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count())
+    share = max(MIN_SPLIT_TILES, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
     longest = int(np.max(np.diff(np.asarray(fmt.window_ptr))))
     return share if longest > share else None
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles: int | str | None = "auto",
             **overrides) -> PreparedPipeline:
-    """The API's entry point. ``max_tiles``: "auto" (default_max_tiles), None (never split) or an int."""
+    """The API's entry point. ``max_tiles``: "auto" (default_max_tiles), None (never split) or an int;
+    config fields (combine, schedule, stages, ...) may be overridden."""
     if not isinstance(fmt, formats.WCSR):
         raise TypeError(f"the WCSR kernels take a formats.WCSR; got {type(fmt).__name__}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown WCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
     if max_tiles == "auto":
-        max_tiles = default_max_tiles(fmt, out_kind)
-    elif max_tiles is not None and out_kind != "f32":
-        raise ValueError("splitting windows (max_tiles) adds fp32 partial sums atomically: use out_dtype=float32")
+        max_tiles = default_max_tiles(fmt, out_kind, overrides.get("combine", VARIANTS[variant].combine))
     stages = overrides.pop("stages", VARIANTS[variant].stages)
     one_stage = replace(VARIANTS[variant], block_k=fmt.tile_cols, stages=1, in_kind=in_kind, out_kind=out_kind,
                         **overrides)

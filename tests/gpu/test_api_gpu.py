@@ -58,6 +58,26 @@ def test_torch_tensors_zero_copy_fp16_and_bf16():
         assert torch.linalg.norm(Ct.double().cpu() - torch.from_numpy(ref)) / np.linalg.norm(ref) < 1e-4
 
 
+def test_out_is_returned_as_given_and_bind_relaunches():
+    torch = pytest.importorskip("torch")
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(6)
+    A = _A(rng)
+    op = SpMMOperator(A)
+    B = torch.randn(200, 96, device="cuda", dtype=torch.float16)
+    out = torch.full((130, 96), float("nan"), device="cuda")
+    assert op(B, out=out) is out
+    ref = A.matmul_reference(B.float().cpu().numpy())
+    assert np.linalg.norm(out.double().cpu().numpy() - ref) / np.linalg.norm(ref) < 1e-4
+    product = op.bind(B, out)
+    B.copy_(torch.randn(200, 96, device="cuda", dtype=torch.float16))   # same buffer, new values
+    out.fill_(float("nan"))
+    product()
+    ref = A.matmul_reference(B.float().cpu().numpy())
+    assert np.linalg.norm(out.double().cpu().numpy() - ref) / np.linalg.norm(ref) < 1e-4
+
+
 def test_cupy_B():
     cupy = pytest.importorskip("cupy")
     from nbspmm.api import SpMMOperator

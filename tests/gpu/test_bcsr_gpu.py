@@ -10,6 +10,7 @@ from tests.gpu.spmm_checks import block_sparse, check_product
 pytestmark = pytest.mark.gpu
 
 LADDER = ("v0", "v1", "v2", "v3", "v4")
+TILES = ("wide", "pingpong")          # the persistent pipeline with 64 x 512 / ping-pong 64 x 256 tiles
 
 
 def operator(A_fmt, variant, out_dtype=np.float32, **options):
@@ -18,7 +19,7 @@ def operator(A_fmt, variant, out_dtype=np.float32, **options):
     return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, **options)
 
 
-@pytest.mark.parametrize("variant", LADDER)
+@pytest.mark.parametrize("variant", LADDER + TILES)
 @pytest.mark.parametrize("block_density", [1.0, 0.5, 0.1, 0.01])
 def test_ladder_random_patterns(variant, block_density):
     rng = np.random.default_rng(hash((variant, block_density)) % 2**32)
@@ -28,7 +29,7 @@ def test_ladder_random_patterns(variant, block_density):
     check_product(operator(A, variant), A, B, np.float32, f"{variant} density {block_density}")
 
 
-@pytest.mark.parametrize("variant", ["v0", "v2", "v3", "v4"])
+@pytest.mark.parametrize("variant", ["v0", "v2", "v3", "v4", *TILES])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
 def test_dtypes(variant, dtype, same_out):
@@ -60,7 +61,7 @@ def _edge_matrices(rng):
     }
 
 
-@pytest.mark.parametrize("variant", ["v1", "v3", "v4"])
+@pytest.mark.parametrize("variant", ["v1", "v3", "v4", *TILES])
 @pytest.mark.parametrize("case", ["one-dense-block-row", "empty-block-rows", "one-block", "all-zero", "1x1", "tall-thin"])
 def test_edge_cases(variant, case):
     rng = np.random.default_rng(5)
@@ -80,12 +81,43 @@ def test_split_block_rows(max_blocks):
     check_product(op, A, B, np.float32, f"v4 split {max_blocks}")
 
 
+@pytest.mark.parametrize("variant", ["v4", "pingpong"])
+@pytest.mark.parametrize("combine", ["atomic", "two_pass"])
+def test_split_block_rows_combine(variant, combine):
+    """Split rows combined atomically or by the deterministic reduction (bit-identical across runs)."""
+    rng = np.random.default_rng(7)
+    A = formats.BCSR.from_scipy(_edge_matrices(rng)["one-dense-block-row"], dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 520)).astype(np.float16)
+    op = operator(A, variant, max_blocks=2, combine=combine)
+    check_product(op, A, B, np.float32, f"{variant} split {combine}")
+    if combine == "two_pass":
+        first = op(B).copy_to_host()
+        for _ in range(3):
+            assert np.array_equal(op(B).copy_to_host(), first)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_split_two_pass_16bit_output(dtype):
+    rng = np.random.default_rng(8)
+    A = formats.BCSR.from_scipy(_edge_matrices(rng)["one-dense-block-row"], dtype=dtype)
+    B = rng.standard_normal((A.shape[1], 200)).astype(dtype)
+    op = operator(A, "v4", out_dtype=dtype, max_blocks=3, combine="two_pass")
+    check_product(op, A, B, dtype, f"two_pass {np.dtype(dtype).name} out")
+
+
+def test_split_atomic_16bit_output_is_refused():
+    A = formats.BCSR.from_scipy(_edge_matrices(np.random.default_rng(0))["one-dense-block-row"], dtype=np.float16)
+    with pytest.raises(ValueError, match="two_pass"):
+        operator(A, "v4", out_dtype=np.float16, max_blocks=2)
+
+
+@pytest.mark.parametrize("variant", ["v4", *TILES])
 @pytest.mark.parametrize("N", [8, 9, 64, 136, 1000, 8192])
-def test_n_range(N):
+def test_n_range(variant, N):
     rng = np.random.default_rng(N)
     A = formats.BCSR.from_scipy(block_sparse(rng, 192, 256, block_density=0.5), dtype=np.float16)
     B = rng.standard_normal((256, N)).astype(np.float16)
-    check_product(operator(A, "v4"), A, B, np.float32, f"v4 N={N}")
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} N={N}")
 
 
 @pytest.mark.parametrize("variant", ["v0", "v2", "v4"])

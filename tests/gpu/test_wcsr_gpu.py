@@ -51,7 +51,7 @@ def _generated(rng):
 
 @pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "one-column", "all-zero"])
-@pytest.mark.parametrize("variant", ["ws", "v3", "v2"])
+@pytest.mark.parametrize("variant", ["ws", "pingpong", "v3", "v2"])
 def test_generated(case, variant):
     rng = np.random.default_rng(0)
     A = wcsr(_generated(rng)[case])
@@ -93,6 +93,29 @@ def test_split_and_unsplit(max_tiles):
     op = operator(A, max_tiles=max_tiles)
     assert bool(np.asarray(op._prepared.plan.shared).any()) == (max_tiles is not None)
     check_product(op, A, B, np.float32, f"max_tiles={max_tiles}")
+
+
+@pytest.mark.parametrize("variant", ["ws", "pingpong"])
+@pytest.mark.parametrize("max_tiles", [1, 3])
+def test_two_pass_is_correct_and_bit_identical(variant, max_tiles):
+    rng = np.random.default_rng(4)
+    A = wcsr(_generated(rng)["arrow"])
+    B = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
+    op = operator(A, variant, max_tiles=max_tiles, combine="two_pass")
+    assert np.asarray(op._prepared.plan.shared).any()
+    check_product(op, A, B, np.float32, f"{variant} two_pass max_tiles={max_tiles}")
+    first = op(B).copy_to_host()
+    for _ in range(3):
+        assert np.array_equal(op(B).copy_to_host(), first)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_two_pass_splits_with_16bit_output(dtype):
+    rng = np.random.default_rng(5)
+    A = wcsr(_generated(rng)["arrow"], dtype=dtype)
+    B = rng.standard_normal((A.shape[1], 64)).astype(dtype)
+    op = operator(A, out_dtype=dtype, max_tiles=2, combine="two_pass")
+    check_product(op, A, B, dtype, f"two_pass {np.dtype(dtype).name}")
 
 
 def test_unsplit_is_bit_identical_across_runs():

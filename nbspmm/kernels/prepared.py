@@ -1,0 +1,339 @@
+"""Host side of the tensor-core pipeline: a sparse operand on the device, and its launches.
+
+``PreparedPipeline(operand, cfg)`` copies a sparse operand (its tiles, column map and split plan) to the
+GPU once and encodes A's tensor map. A product ``C = A @ B`` is then up to four launches, all packed
+once per (B, C) buffer pair by ``bind`` (see ``nbspmm.launch``: a few µs of Python per launch instead of
+tens):
+
+  1. pad      B's rows copied into a buffer whose row pitch TMA can address (N not a multiple of 8);
+  2. zero     C's rows of split units zeroed (combine "atomic": their items add into them);
+  3. main     the pipeline kernel (``tc_pipeline``);
+  4. reduce   the split units' partial tiles summed in plan order into C (combine "two_pass").
+
+``launch(B, C)`` keeps the bound products of recently used buffers (keyed by pointer, shape, strides
+and dtype — what the tensor map and the packed arguments depend on; the buffers themselves are not
+held), so a repeated ``op(B, out=C)`` pays one dictionary lookup and the launches.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numba import cuda, float32, types
+
+from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
+from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
+                                        TIMELINE_EVENT_CAP, TIMELINE_EVENTS, PipelineConfig, compiled_kernel,
+                                        padded_columns, sm_count, tile_shape_for)
+from nbspmm.launch import DeviceMatrix, PackedLaunch
+
+HELPER_THREADS = 256            # threads per block of the element-wise helper kernels
+# Bound products (and B tensor maps) kept per operator, least recently used dropped first. Large enough
+# for a benchmark's rotation of input buffers: a miss encodes a map and copies its 128 bytes to the
+# device synchronously, which stalls the stream (measured: ~400 µs per call when 8 entries thrashed).
+BOUND_CACHE_SIZE = 256
+# Kernel arguments by position (tc_pipeline.kernel_signature): the ones a bound product sets per call.
+ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP, ARG_A_WORDS, ARG_B_WORDS, \
+    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT = range(14)
+
+
+@dataclass(frozen=True)
+class SparseOperand:
+    """What the pipeline needs of a sparse format, on the host (built by bcsr.operand / wcsr.operand).
+
+    values:    16-bit values of every A tile stacked as a (tiles · 64) × BK matrix (uint16 view);
+    col_index: int32 (tiles, 1) block columns (BCSR) or (tiles, KT) condensed columns, -1 = padding (WCSR);
+    plan:      the formats.SplitPlan of the work items (unit = block row / window).
+    """
+    name: str
+    shape: tuple
+    block_k: int
+    gather_b: bool
+    values: np.ndarray
+    col_index: np.ndarray
+    plan: object
+
+
+# ---- element-wise helper kernels (1-D grids, one thread per element) ---------------------------
+
+def _copy_padded(src, dst):
+    """dst[:, :src.shape[1]] = src; the padding columns stay zero (dst was zeroed once)."""
+    i = cuda.grid(1)
+    n = src.shape[1]
+    if i < src.shape[0] * n:
+        dst[i // n, i % n] = src[i // n, i % n]
+
+
+def _zero_unit_rows(C, unit_rows):
+    """Zero C's rows of the listed 64-row units (split units whose items add into them)."""
+    i = cuda.grid(1)
+    n = C.shape[1]
+    if i < unit_rows.shape[0] * BLOCK_M * n:
+        local, c = i // n, i % n
+        row = unit_rows[local // BLOCK_M] * BLOCK_M + local % BLOCK_M
+        if row < C.shape[0]:
+            C[row, c] = 0
+
+
+def _make_reduce_partials(out_kind: str):
+    to_out = make_storer(out_kind)
+
+    def reduce_partials(partials, slot_ptr, unit_rows, C):
+        """C[unit rows] = the sum of the unit's partial tiles, always in plan order (deterministic)."""
+        i = cuda.grid(1)
+        n = C.shape[1]
+        if i < unit_rows.shape[0] * BLOCK_M * n:
+            local, c = i // n, i % n
+            u, r = local // BLOCK_M, local % BLOCK_M
+            row = unit_rows[u] * BLOCK_M + r
+            if row < C.shape[0]:
+                total = float32(0)
+                for slot in range(slot_ptr[u], slot_ptr[u + 1]):
+                    total += partials[slot * BLOCK_M + r, c]
+                C[row, c] = to_out(total)
+
+    return reduce_partials
+
+
+_HELPERS: dict = {}
+
+
+def helper_kernel(name: str, out_kind: str = "f32"):
+    """One of the helper kernels, compiled once for its single signature."""
+    key = (name, out_kind)
+    if key not in _HELPERS:
+        i32 = types.int32[::1]
+        out = types.Array(types.from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")
+        u16 = types.Array(types.uint16, 2, "C")
+        f32 = types.Array(types.float32, 2, "C")
+        function, signature = {
+            "pad": (_copy_padded, (u16, u16)),
+            "zero": (_zero_unit_rows, (out, i32)),
+            "reduce": (_make_reduce_partials(out_kind), (f32, i32, i32, out)),
+        }[name]
+        _HELPERS[key] = cuda.jit(signature)(function)
+    return _HELPERS[key]
+
+
+def helper_grid(elements: int) -> int:
+    return math.ceil(elements / HELPER_THREADS)
+
+
+# ---- the prepared operand ----------------------------------------------------------------------
+
+class BoundProduct:
+    """``C = A @ B`` for one pair of (B, C) buffers, every launch packed: calling it enqueues them."""
+
+    def __init__(self, steps, keep_alive):
+        self._steps = steps              # [(PackedLaunch, grid)]
+        self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
+
+    def __call__(self) -> None:
+        for launch, grid in self._steps:
+            launch(grid)
+
+
+class PreparedPipeline:
+    """Device copy of a sparse operand, its plan and A's tensor map; launches the pipeline configured by
+    `cfg` with the tile shape that suits each call's N."""
+
+    def __init__(self, operand: SparseOperand, cfg: PipelineConfig):
+        from ptx_snippets import encode_tiled
+
+        if operand.block_k != cfg.block_k or operand.gather_b != cfg.gather_b:
+            raise ValueError(f"the {cfg.name} kernel takes k-blocks of {cfg.block_k} "
+                             f"({'gathered' if cfg.gather_b else 'contiguous'} B rows); got {operand.block_k}")
+        plan = operand.plan
+        shared = np.asarray(plan.shared, dtype=bool)
+        if shared.any() and cfg.combine == "atomic" and cfg.out_kind != "f32":
+            raise ValueError("split work items add partial sums atomically in fp32: use out_dtype=float32, or "
+                             "combine='two_pass' (partials to a buffer, then a deterministic reduction)")
+        self.name, self.cfg, self.plan = cfg.name, cfg, plan
+        self.shape = tuple(operand.shape)
+        row = np.asarray(plan.row, dtype=np.int32)
+        self.rows, self.begins, self.ends = (cuda.to_device(np.ascontiguousarray(a, dtype=np.int32))
+                                             for a in (row, plan.begin, plan.end))
+        self.shared = cuda.to_device(shared.astype(np.int32))
+        # Split units: their output rows are zeroed (atomic) or reduced from partial slots (two_pass).
+        # Partial slots are numbered unit by unit, each unit's items in plan order (by first tile), so
+        # the reduction adds them in the same order on every run.
+        split_items = np.flatnonzero(shared)
+        order = split_items[np.lexsort((np.asarray(plan.begin)[split_items], row[split_items]))]
+        partial_slot = np.full(row.size, -1, dtype=np.int32)
+        partial_slot[order] = np.arange(order.size, dtype=np.int32)
+        split_units, per_unit = np.unique(row[order], return_counts=True)
+        self.n_partial_slots = int(order.size)
+        self.partial_slot = cuda.to_device(partial_slot)
+        self.split_units = cuda.to_device(split_units.astype(np.int32)) if split_units.size else None
+        slot_ptr = np.zeros(split_units.size + 1, dtype=np.int32)
+        np.cumsum(per_unit, out=slot_ptr[1:])
+        self.slot_ptr = cuda.to_device(slot_ptr)
+        # An operand with no tiles still gets one zero tile, so that the map and the arguments exist.
+        n_tiles = operand.values.shape[0] // BLOCK_M
+        values = operand.values if n_tiles else np.zeros((BLOCK_M, cfg.block_k), np.uint16)
+        col_index = operand.col_index if n_tiles else np.full((1, operand.col_index.shape[1]), -1, np.int32)
+        self.col_index = cuda.to_device(np.ascontiguousarray(col_index, dtype=np.int32))
+        self.a_data = cuda.to_device(np.ascontiguousarray(values))
+        self.a_words = self.a_data.view(np.uint64)
+        self.a_map = encode_tiled(self.a_data, box=(BLOCK_M, cfg.a_span // ELEMENT_BYTES),
+                                  swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
+        self.n_ctas_persistent = sm_count()
+        self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
+        self._bound: OrderedDict = OrderedDict()
+        self._pad_buffers: dict = {}
+        self._partials: dict = {}
+
+    @property
+    def _tma_dtype(self):
+        return "bf16" if self.cfg.in_kind == "bf16" else "f16"
+
+    def config_for(self, n: int) -> PipelineConfig:
+        """The configuration for N columns: the tile no wider than N needs (never wider than configured,
+        so the configured stages still fit)."""
+        wgs, wg_n = tile_shape_for(n, self.cfg.schedule, self.cfg.wg_n)
+        return replace(self.cfg, consumer_wgs=wgs, wg_n=wg_n)
+
+    def grid_size(self, N: int, cfg: PipelineConfig | None = None) -> int:
+        """CTAs launched for N columns: one per work item, or one per SM (persistent)."""
+        cfg = cfg or self.config_for(N)
+        n_items = len(self.plan.row) * math.ceil(N / cfg.tile_n)
+        return min(n_items, self.n_ctas_persistent) if cfg.persistent else n_items
+
+    # -- per-call buffers -----------------------------------------------------------------------------
+    def _padded_b(self, K: int, N: int):
+        key = (K, N)
+        if key not in self._pad_buffers:
+            self._pad_buffers[key] = cuda.to_device(np.zeros((K, padded_columns(N)), dtype=np.uint16))
+        return self._pad_buffers[key]
+
+    def _partials_buffer(self, N: int):
+        """fp32 partial tiles of the split items, slot s in rows [64 s, 64 s + 64)."""
+        if N not in self._partials:
+            self._partials[N] = cuda.device_array((max(self.n_partial_slots, 1) * BLOCK_M, N), dtype=np.float32)
+        return self._partials[N]
+
+    # -- binding and launching ------------------------------------------------------------------------
+    def bind(self, B, C, stamps=None) -> BoundProduct:
+        """Pack every launch of ``C = A @ B`` for these buffers (any ``__cuda_array_interface__`` arrays
+        or DeviceMatrix views: B K × N of 16-bit values, C M × N of the output kind, both C-contiguous)."""
+        from ptx_snippets import encode_tiled
+
+        # Detached views: the bound product is cached by address and must not keep the caller's buffers alive.
+        B = (B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)).detached()
+        C = (C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)).detached()
+        M, N = C.shape
+        K = B.shape[0]
+        if M == 0 or N == 0:
+            return BoundProduct([], ())
+        cfg = self.config_for(N)
+        steps, keep_alive = [], []
+        B16 = B.view(np.uint16)
+        if padded_columns(N) != N:
+            padded = DeviceMatrix.of(self._padded_b(K, N))
+            pad = PackedLaunch(helper_kernel("pad"), block=HELPER_THREADS)
+            pad.set(0, B16)
+            pad.set(1, padded)
+            steps.append((pad, helper_grid(K * N)))
+            B16 = padded
+        box_rows = 1 if cfg.gather_b else cfg.block_k
+        b_map = encode_tiled(B16, box=(box_rows, CHUNK_ELEMS), swizzle="128B", dtype=self._tma_dtype)
+        keep_alive.append(b_map)
+        if cfg.combine == "atomic" and self.split_units is not None:
+            zero = PackedLaunch(helper_kernel("zero", cfg.out_kind), block=HELPER_THREADS)
+            zero.set(0, C)
+            zero.set(1, self.split_units)
+            steps.append((zero, helper_grid(self.split_units.shape[0] * BLOCK_M * N)))
+        main = PackedLaunch(compiled_kernel(cfg), block=cfg.threads, shared_bytes=cfg.smem_bytes)
+        partials = self._partials_buffer(N) if cfg.combine == "two_pass" and self.n_partial_slots else None
+        for index, value in ((ARG_ROWS, self.rows), (ARG_BEGINS, self.begins), (ARG_ENDS, self.ends),
+                             (ARG_SHARED, self.shared), (ARG_COL_INDEX, self.col_index),
+                             (ARG_A_MAP, self.a_map.device), (ARG_B_MAP, b_map.device),
+                             (ARG_A_WORDS, self.a_words), (ARG_B_WORDS, B16.words()), (ARG_C, C),
+                             (ARG_N_TILES, math.ceil(N / cfg.tile_n)),
+                             (ARG_STAMPS, self._no_stamps if stamps is None else stamps),
+                             (ARG_PARTIALS, partials if partials is not None else self._no_partials()),
+                             (ARG_PARTIAL_SLOT, self.partial_slot)):
+            main.set(index, value)
+        steps.append((main, self.grid_size(N, cfg)))
+        if partials is not None:
+            reduce = PackedLaunch(helper_kernel("reduce", cfg.out_kind), block=HELPER_THREADS)
+            for index, value in enumerate((partials, self.slot_ptr, self.split_units, C)):
+                reduce.set(index, value)
+            steps.append((reduce, helper_grid(self.split_units.shape[0] * BLOCK_M * N)))
+        return BoundProduct(steps, keep_alive)
+
+    def _no_partials(self):
+        if not hasattr(self, "_partials_placeholder"):
+            self._partials_placeholder = cuda.device_array((1, 1), dtype=np.float32)
+        return self._partials_placeholder
+
+    def launch(self, B, C, stamps=None) -> None:
+        """Enqueue C = A @ B, through the bound product of this (B, C) pair (bound on first use).
+        `stamps`: the timeline buffer of an instrumented configuration (bound afresh, not cached)."""
+        B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
+        C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
+        if stamps is not None:
+            self.bind(B, C, stamps)()
+            return
+        key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
+        bound = self._bound.get(key)
+        if bound is None:
+            if len(self._bound) >= BOUND_CACHE_SIZE:
+                self._bound.popitem(last=False)          # least recently used first
+            bound = self._bound[key] = self.bind(B, C)
+        else:
+            self._bound.move_to_end(key)
+        bound()
+
+
+ROLE_NAMES = ("producer", "consumer0", "consumer1")
+
+
+def record_timeline(prepared: PreparedPipeline, B_host: np.ndarray, reference: np.ndarray) -> dict:
+    """Run `prepared` (an instrumented configuration) once after a warm-up run on B_host; return the
+    timeline record the notebooks draw:
+    ``{"kernel", "case", "clock_ghz", "rel_error", "events": [{cta, role, event, stage, kblock, cycles, t_ns}]}``.
+
+    t_ns is derived: each CTA's first %globaltimer stamp plus its clock64 cycles since then divided by
+    the SM clock, which is estimated from the run itself (cycles / globaltimer over every CTA's span),
+    because %globaltimer alone ticks too coarsely to resolve one k-block.
+    """
+    if not prepared.cfg.instrument:
+        raise ValueError("record_timeline needs a configuration built with instrument=True")
+    M = reference.shape[0]
+    K, N = B_host.shape
+    B = cuda.to_device(B_host.view(np.uint16))
+    C = cuda.device_array((M, N), dtype=np.float32)
+    cfg = prepared.config_for(N)
+    grid = prepared.grid_size(N, cfg)
+    shape = (grid, cfg.consumer_wgs + 1, TIMELINE_EVENT_CAP, STAMP_FIELDS)
+    for _ in range(2):                       # the first run warms up (module load, first touch)
+        stamps = cuda.to_device(np.full(shape, -1, dtype=np.int64))
+        prepared.launch(B, C, stamps=stamps)
+    raw = stamps.copy_to_host()
+    out = C.copy_to_host()
+    rel = float(np.linalg.norm(out - reference) / max(np.linalg.norm(reference), 1e-300))
+
+    valid = raw[..., 2] >= 0
+    cycles, gtimer = raw[..., 0], raw[..., 1]
+    spans_c, spans_t = [], []
+    for cta in range(grid):
+        v = valid[cta]
+        if v.sum() > 1:
+            spans_c.append(cycles[cta][v].max() - cycles[cta][v].min())
+            spans_t.append(gtimer[cta][v].max() - gtimer[cta][v].min())
+    clock_ghz = float(np.sum(spans_c) / np.sum(spans_t)) if np.sum(spans_t) > 0 else float("nan")
+    events = []
+    for cta, role, slot in zip(*np.nonzero(valid)):
+        v = valid[cta]
+        c0, t0 = cycles[cta][v].min(), gtimer[cta][v].min()
+        c, _, code, stage, kblock = (int(x) for x in raw[cta, role, slot])
+        events.append({"cta": int(cta), "role": ROLE_NAMES[role], "event": TIMELINE_EVENTS[code],
+                       "stage": stage, "kblock": kblock, "cycles": c,
+                       "t_ns": float(t0 + (c - c0) / clock_ghz)})
+    events.sort(key=lambda e: (e["cta"], e["t_ns"]))
+    return {"kernel": prepared.name, "case": {"M": M, "K": K, "N": N, "stages": cfg.stages, "grid": grid,
+                                              "tile_n": cfg.tile_n},
+            "clock_ghz": clock_ghz, "rel_error": rel, "events": events}

@@ -1,0 +1,189 @@
+"""Kernel launches that cost a few microseconds of Python, not tens.
+
+A numba kernel call ``kernel[grid, block](*args)`` re-marshals every argument on every call — typing
+each one, wrapping torch/cupy arrays, building ctypes values — about 34 µs with five device arrays and
+96 µs with five torch tensors (measured on the H200 here, DESIGN.md §5). A prepared SpMM calls the same
+kernel with the same arguments every time except B and C, so this module packs the arguments once, in
+the layout numba's compiled kernel expects, and per call rewrites only the slots that changed before
+one ``cuLaunchKernel`` through ``cuda.bindings``.
+
+numba's kernel ABI (numba-cuda 0.30.4, ``dispatcher._Kernel._prepare_args``), one entry of the
+``kernelParams`` pointer array per flattened field:
+  * an array of ndim d → ``meminfo`` (void*, 0), ``parent`` (void*, 0), ``nitems`` (intp),
+    ``itemsize`` (intp), ``data`` (void*), ``shape[0..d)`` (intp each), ``strides[0..d)`` (intp each, bytes);
+  * an integer scalar → one value of its own width (int32 → c_int32, ...).
+The driver copies the parameter values when the launch is enqueued, so the slots may be rewritten
+right after a launch returns.
+
+``DeviceMatrix`` reads what a launch needs (pointer, shape, strides, dtype) from any object with
+``__cuda_array_interface__`` (numba, cupy, torch) without wrapping it.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+INTP = ctypes.c_ssize_t
+ARRAY_HEADER_FIELDS = 5          # meminfo, parent, nitems, itemsize, data — then shape and strides
+
+
+@dataclass(frozen=True)
+class DeviceMatrix:
+    """A device array as a launch sees it: data pointer, shape, strides in bytes, dtype. `owner` keeps
+    the array it came from alive for as long as this view is held."""
+    ptr: int
+    shape: tuple
+    strides: tuple
+    dtype: np.dtype
+    owner: Any = None
+
+    @classmethod
+    def of(cls, x) -> "DeviceMatrix":
+        """From an object with ``__cuda_array_interface__`` (strides None means C-contiguous)."""
+        cai = x.__cuda_array_interface__
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        strides = cai.get("strides")
+        if strides is None:
+            strides = c_contiguous_strides(shape, dtype.itemsize)
+        return cls(int(cai["data"][0]), shape, tuple(strides), dtype, x)
+
+    def view(self, dtype) -> "DeviceMatrix":
+        """The same bytes as another dtype of the same size (fp16 / bf16 bits as uint16)."""
+        dtype = np.dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"cannot view {self.dtype} as {dtype}: item sizes differ")
+        return DeviceMatrix(self.ptr, self.shape, self.strides, dtype, self.owner)
+
+    def words(self) -> "DeviceMatrix":
+        """A C-contiguous 2-D matrix of 16-bit values viewed as rows of 8-byte words (the sync loader's
+        view of B); the row length in bytes must be a multiple of 8."""
+        rows, cols = self.shape
+        row_bytes = cols * self.dtype.itemsize
+        if row_bytes % 8:
+            raise ValueError(f"a row of {row_bytes} bytes is not a whole number of 8-byte words")
+        return DeviceMatrix(self.ptr, (rows, row_bytes // 8), (row_bytes, 8), np.dtype(np.uint64), self.owner)
+
+    def detached(self) -> "DeviceMatrix":
+        """The same view without the reference to its array: for keys and caches that must not keep a
+        caller's buffer alive (what a launch needs is the pointer, shape and strides, not the object)."""
+        return DeviceMatrix(self.ptr, self.shape, self.strides, self.dtype)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+                "data": (self.ptr, False), "version": 3}
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return self.strides == c_contiguous_strides(self.shape, self.dtype.itemsize)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def c_contiguous_strides(shape, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(strides))
+
+
+class _ArraySlot:
+    """The ctypes fields of one array argument."""
+
+    def __init__(self, ndim: int, itemsize: int):
+        self.nitems = INTP(0)
+        self.data = ctypes.c_void_p(0)
+        self.shape = [INTP(0) for _ in range(ndim)]
+        self.strides = [INTP(0) for _ in range(ndim)]
+        self.fields = ([ctypes.c_void_p(0), ctypes.c_void_p(0), self.nitems, INTP(itemsize), self.data]
+                       + self.shape + self.strides)
+        self.itemsize = itemsize
+
+    def set(self, array) -> None:
+        m = array if isinstance(array, DeviceMatrix) else DeviceMatrix.of(array)
+        if len(m.shape) != len(self.shape):
+            raise ValueError(f"expected a {len(self.shape)}-D array, got shape {m.shape}")
+        if m.dtype.itemsize != self.itemsize:
+            raise ValueError(f"expected items of {self.itemsize} bytes, got {m.dtype}")
+        self.data.value = m.ptr
+        self.nitems.value = m.size
+        for slot, value in zip(self.shape, m.shape):
+            slot.value = value
+        for slot, value in zip(self.strides, m.strides):
+            slot.value = value
+
+
+class PackedLaunch:
+    """One compiled numba kernel with its arguments packed for ``cuLaunchKernel``.
+
+        launch = PackedLaunch(dispatcher, block=384, shared_bytes=smem)
+        launch.set(0, rows_device_array); launch.set(10, np.int32(4)); ...
+        launch(grid)                    # enqueue on `stream` (default: the legacy default stream, 0)
+
+    `dispatcher` must hold exactly one compiled signature (jit it with an explicit signature). Every
+    argument must be set once before the first launch; after that only what changes.
+    """
+
+    def __init__(self, dispatcher, *, block: int, shared_bytes: int = 0, stream: int = 0):
+        from numba import types
+        from cuda.bindings import driver
+
+        overloads = list(dispatcher.overloads.values())
+        if len(overloads) != 1:
+            raise ValueError(f"PackedLaunch needs a kernel compiled for exactly one signature; it has {len(overloads)}")
+        compiled = overloads[0]
+        self._driver = driver
+        self._func = compiled._codelibrary.get_cufunc().handle
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self.block = int(block)
+        self.shared_bytes = int(shared_bytes)
+        self.stream = driver.CUstream(int(stream))
+        self._slots: list = []
+        self._is_set: list[bool] = []
+        fields: list = []
+        for ty in compiled.signature.args:
+            if isinstance(ty, types.Array):
+                slot = _ArraySlot(ty.ndim, np.dtype(str(ty.dtype)).itemsize)
+                fields += slot.fields
+            elif isinstance(ty, types.Integer):
+                slot = getattr(ctypes, f"c_{ty}")(0)
+                fields.append(slot)
+            else:
+                raise TypeError(f"PackedLaunch packs arrays and integers only; the kernel takes {ty}")
+            self._slots.append(slot)
+            self._is_set.append(False)
+        self._fields = fields                      # keeps the ctypes values alive
+        self._params = (ctypes.c_void_p * len(fields))(*[ctypes.addressof(f) for f in fields])
+        self._params_address = ctypes.addressof(self._params)
+        self._ready = False
+
+    def set(self, index: int, value) -> None:
+        """Argument `index`: an array (anything with ``__cuda_array_interface__``, or a DeviceMatrix) or
+        an integer."""
+        slot = self._slots[index]
+        if isinstance(slot, _ArraySlot):
+            slot.set(value)
+        else:
+            slot.value = int(value)
+        if not self._ready:
+            self._is_set[index] = True
+            self._ready = all(self._is_set)
+
+    def __call__(self, grid: int) -> None:
+        if not self._ready:
+            missing = [i for i, done in enumerate(self._is_set) if not done]
+            raise RuntimeError(f"PackedLaunch: arguments {missing} were never set")
+        if grid <= 0:
+            return
+        (err,) = self._driver.cuLaunchKernel(self._func, grid, 1, 1, self.block, 1, 1, self.shared_bytes,
+                                             self.stream, self._params_address, 0)
+        if err != self._success:
+            raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {self.block}, "
+                               f"{self.shared_bytes} B of shared memory)")

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
+(that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
+
+    python scripts/tune.py --out DIR [bcsr] [llm] [wcsr] [host]
+
+  bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
+         each also as a loads-only probe (``multiply=False``: TMA, barriers and epilogue, no wgmma),
+         whose time is the data movement alone — the L2 → shared-memory ceiling of that tile shape;
+  llm    the Qwen2.5-7B layers at 90% block sparsity, 16K and 64K tokens: v4 / wide / pingpong,
+         fp32 and fp16 output;
+  wcsr   the shipped real matrices, N = 128: variant × tile width × split (none / auto) × combine;
+  host   Python time per product: op(B, out=C) with torch and numba buffers, and a bound product.
+
+Every configuration's result is checked against scipy in float64 (on a subset of columns for the large
+cases) before it is timed. GPU times: CUDA events around back-to-back bound products after a sleep
+kernel (``nbspmm.bench.gpu.EventTimer``), median per product. Writes DIR/tune_<part>.json and prints a
+table per part.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import formats  # noqa: E402
+from nbspmm.bench import gpu, suites  # noqa: E402
+
+CHECK_COLUMNS = 16                   # columns of C checked against scipy on the large cases
+# Fewer samples for the many small configurations of the WCSR sweep (each product is a few µs).
+QUICK = gpu.TimingPolicy(samples=10, min_samples=3, host_calls=50, gpu_budget_s=0.2, host_gpu_budget_s=0.05)
+BOUND = {"float32": 1e-4, "float16": 2e-3}
+L2_ROTATION_BYTES = 200 << 20        # B + C traffic of rotated input sets, beyond the 50 MB L2
+
+
+def environment() -> dict:
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    commit = os.environ.get("NBSPMM_COMMIT") or subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"date": datetime.date.today().isoformat(), "gpu": dev.name.decode() if isinstance(dev.name, bytes)
+            else str(dev.name), "commit": commit or "unknown", "sm_count": dev.MULTIPROCESSOR_COUNT}
+
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    norm = np.linalg.norm(ref)
+    return float(np.linalg.norm(got - ref) / norm) if norm else float(np.abs(got).max())
+
+
+class Case:
+    """A sparse matrix with rotated torch B / C buffers and a float64 reference on some columns."""
+
+    def __init__(self, name: str, A_csr: sp.csr_matrix, N: int, seed: int = 0):
+        torch = gpu.import_torch()
+        self.name, self.A, self.N = name, A_csr.tocsr(), N
+        M, K = self.A.shape
+        per_set = K * N * 2 + M * N * 4
+        self.n_sets = max(1, min(8, math.ceil(L2_ROTATION_BYTES / max(per_set, 1))))
+        g = torch.Generator(device="cuda")
+        g.manual_seed(seed)
+        self.B = [torch.randn(K, N, device="cuda", generator=g).half() for _ in range(self.n_sets)]
+        rng = np.random.default_rng(seed)
+        self.columns = np.sort(rng.choice(N, size=min(N, CHECK_COLUMNS), replace=False))
+        b0 = self.B[0][:, self.columns].double().cpu().numpy()
+        self.reference = self.A.astype(np.float16).astype(np.float64) @ b0
+
+    def outputs(self, out_dtype: str):
+        torch = gpu.import_torch()
+        M = self.A.shape[0]
+        tdtype = torch.float32 if out_dtype == "float32" else torch.float16
+        return [torch.full((M, self.N), float("nan"), device="cuda", dtype=tdtype) for _ in range(self.n_sets)]
+
+
+def time_operator(case: Case, timer, out_dtype: str = "float32", **options) -> dict:
+    """Build the operator, check set 0 against the reference, then time bound products over the sets."""
+    import nbspmm
+
+    t0 = time.perf_counter()
+    op = nbspmm.SpMMOperator(case.A, dtype=np.float16, out_dtype=np.float32 if out_dtype == "float32"
+                             else np.float16, **options)
+    build_s = time.perf_counter() - t0
+    C = case.outputs(out_dtype)
+    bound = [op.bind(b, c) for b, c in zip(case.B, C)]
+    bound[0]()
+    got = C[0][:, case.columns].double().cpu().numpy()
+    err = rel_error(got, case.reference)
+    row = {"case": case.name, "N": case.N, "options": {k: str(v) for k, v in options.items()},
+           "out_dtype": out_dtype, "kernel": op.kernel, "rel_error": err, "build_s": build_s}
+    multiply = options.get("multiply", True)
+    if multiply and not (err < BOUND[out_dtype]) or np.isnan(err):
+        row["status"] = f"WRONG (rel error {err:.2e})"
+        return row
+    stats = timer.measure(lambda i: bound[i % len(bound)](), len(bound))
+    row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"], host_us=stats["host_us"])
+    return row
+
+
+def median_us(row: dict) -> float:
+    return row.get("median_us", float("nan"))
+
+
+def print_rows(title: str, rows: list[dict], extra=lambda r: "") -> None:
+    print(f"\n== {title}")
+    for r in rows:
+        opts = ",".join(f"{k}={v}" for k, v in r["options"].items())
+        t = median_us(r)
+        print(f"{r['case']:<34} {opts:<46} out={r['out_dtype']:<8} {t:10.1f} us  err {r['rel_error']:.1e}  "
+              f"{r['status'] if r['status'] != 'ok' else ''}{extra(r)}")
+
+
+# ---------------------------------------------------------------- parts
+BCSR_TILES = ("v4", "wide", "pingpong")
+
+
+def part_bcsr(timer) -> list[dict]:
+    """The large block-sparse case: each tile shape and its loads-only probe."""
+    m = k = 16384
+    n = 8192
+    A = suites.block_sparse(m, k, 0.9, seed=0).tocsr()
+    case = Case(f"bs90-{m}x{k}", A, n)
+    flops = 2.0 * A.nnz * n
+    rows = []
+    for variant in BCSR_TILES:
+        for multiply in (True, False):
+            opts = {"format": "bcsr", "kernel": variant}
+            if not multiply:
+                opts["multiply"] = False
+            row = time_operator(case, timer, **opts)
+            t = median_us(row)
+            row["tflops_useful"] = flops / (t * 1e-6) / 1e12 if multiply else None
+            rows.append(row)
+    print_rows("BCSR 16384² x 8192, 90% (multiply=False: loads-only probe)", rows,
+               lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
+    return rows
+
+
+def part_llm(timer) -> list[dict]:
+    rows = []
+    for tokens in (16384, 65536):
+        for layer in ("q", "k", "gate", "down"):
+            m, k = suites.LLM_LAYERS[layer]
+            A = suites.block_sparse(m, k, 0.9, seed=1).tocsr()
+            case = Case(f"qwen-{layer}-{m}x{k}/N={tokens}", A, tokens)
+            for variant in BCSR_TILES:
+                for out_dtype in ("float32", "float16"):
+                    rows.append(time_operator(case, timer, out_dtype=out_dtype, format="bcsr", kernel=variant))
+            del case
+            gpu.import_torch().cuda.empty_cache()
+    print_rows("LLM layers at 90% block sparsity", rows)
+    return rows
+
+
+def part_wcsr(timer) -> list[dict]:
+    timer = gpu.EventTimer(QUICK)
+    rows = []
+    for path in suites.shipped_matrices():
+        loaded = suites.load_matrix(path)
+        case = Case(path.stem, sp.csr_matrix(loaded.matrix), 128)
+        for variant in ("ws", "pingpong"):
+            for tile_cols in (16, 32, 64):
+                for max_tiles in (None, "auto"):
+                    combines = ("atomic", "two_pass") if max_tiles == "auto" else ("atomic",)
+                    for combine in combines:
+                        rows.append(time_operator(case, timer, format="wcsr", kernel=variant, tile_cols=tile_cols,
+                                                  max_tiles=max_tiles, combine=combine))
+        rows.append(time_operator(case, timer, format="bcsr", kernel="v4"))
+    print_rows("WCSR design sweep, real matrices, N = 128", rows)
+    return rows
+
+
+def part_host(timer) -> list[dict]:
+    """Python time per product (no GPU sync inside a chunk; chunks short enough never to fill the queue)."""
+    import nbspmm
+    from numba import cuda
+
+    torch = gpu.import_torch()
+    A = suites.load_matrix(suites.DATA_DIR / "dwt_992.mtx").matrix
+    rows = []
+    for fmt in ("bcsr", "wcsr"):
+        op = nbspmm.SpMMOperator(A, format=fmt)
+        M, K = op.shape
+        Bt = torch.randn(K, 128, device="cuda").half()
+        Ct = torch.empty(M, 128, device="cuda")
+        Bn = cuda.to_device(np.random.default_rng(0).standard_normal((K, 128)).astype(np.float16))
+        Cn = cuda.device_array((M, 128), np.float32)
+        bound = op.bind(Bt, Ct)
+        paths = {"op(B, out=C) torch": lambda: op(Bt, out=Ct), "op(B, out=C) numba": lambda: op(Bn, out=Cn),
+                 "op.bind(B, C)()": bound, "op(B) numba, new C": lambda: op(Bn)}
+        for name, fn in paths.items():
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            chunk, total, calls = 100, 0.0, 0
+            for _ in range(20):
+                t0 = time.perf_counter()
+                for _ in range(chunk):
+                    fn()
+                total += time.perf_counter() - t0
+                calls += chunk
+                torch.cuda.synchronize()
+            rows.append({"format": fmt, "path": name, "host_us": total / calls * 1e6})
+    print("\n== host cost per product (Python, µs)")
+    for r in rows:
+        print(f"{r['format']:<6} {r['path']:<24} {r['host_us']:8.2f}")
+    return rows
+
+
+PARTS = {"bcsr": part_bcsr, "llm": part_llm, "wcsr": part_wcsr, "host": part_host}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("parts", nargs="+", choices=list(PARTS))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    timer = gpu.EventTimer()
+    status = 0
+    for part in args.parts:
+        t0 = time.time()
+        try:
+            rows = PARTS[part](timer)
+        except Exception as exc:                  # report and go on to the next part
+            import traceback
+
+            traceback.print_exc()
+            print(f"\n== {part}: FAILED ({type(exc).__name__}: {exc})")
+            status = 1
+            continue
+        (args.out / f"tune_{part}.json").write_text(json.dumps({"environment": env, "part": part, "rows": rows},
+                                                                indent=1, default=str))
+        print(f"({part}: {time.time() - t0:.0f} s)")
+        if any(r.get("status", "ok") != "ok" for r in rows):
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
