@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import cuda, float32, types
+from numba import cuda, float32, from_dtype, types
 
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
 from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
@@ -105,7 +105,7 @@ def helper_kernel(name: str, out_kind: str = "f32"):
     key = (name, out_kind)
     if key not in _HELPERS:
         i32 = types.int32[::1]
-        out = types.Array(types.from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")
+        out = types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")
         u16 = types.Array(types.uint16, 2, "C")
         f32 = types.Array(types.float32, 2, "C")
         function, signature = {
