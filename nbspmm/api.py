@@ -143,16 +143,6 @@ def spmm(A, B, out=None, **operator_options):
     return SpMMOperator(A, **operator_options)(B, out=out)
 
 
-def _torch_bf16_as_bits(obj):
-    """torch does not export bf16 tensors through __cuda_array_interface__: view them as int16 bits."""
-    torch_dtype = getattr(obj, "dtype", None)
-    if torch_dtype is not None and str(torch_dtype) == "torch.bfloat16" and hasattr(obj, "view"):
-        import torch
-
-        return obj.view(torch.int16), True
-    return obj, False
-
-
 def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False) -> DeviceMatrix:
     """A checked view (``nbspmm.launch.DeviceMatrix``) of a C-contiguous 2-D device matrix of element
     kind `kind` with `rows` rows.
@@ -181,12 +171,12 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
         from numba import cuda
 
         return DeviceMatrix.of(cuda.to_device(host))
-    x, was_bf16 = _torch_bf16_as_bits(x)
-    if not hasattr(x, "__cuda_array_interface__"):
+    try:
+        arr = DeviceMatrix.of(x)        # a torch bf16 tensor comes out as its uint16 bits
+    except AttributeError:
         raise TypeError(f"{name} must be a numpy array or a device array with __cuda_array_interface__; "
-                        f"got {type(x).__name__}")
-    arr = DeviceMatrix.of(x)
-    if was_bf16 or (kind == "bf16" and arr.dtype == np.int16):
+                        f"got {type(x).__name__}") from None
+    if kind == "bf16" and arr.dtype == np.int16:
         arr = arr.view(np.uint16)
     if arr.dtype != expected:
         shown = "bfloat16 (or its uint16 bits)" if kind == "bf16" else expected.name

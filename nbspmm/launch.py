@@ -16,12 +16,16 @@ The driver copies the parameter values when the launch is enqueued, so the slots
 right after a launch returns.
 
 ``DeviceMatrix`` reads what a launch needs (pointer, shape, strides, dtype) from any object with
-``__cuda_array_interface__`` (numba, cupy, torch) without wrapping it.
+``__cuda_array_interface__`` (numba, cupy, torch) without wrapping it — for torch tensors straight from
+the tensor's attributes, which is several times faster than building the interface dictionary.
+
+``LaunchGraph`` turns several packed launches (a product's pad / zero / main / reduce kernels) into one
+CUDA graph, replayed by a single ``cuGraphLaunch``.
 """
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import sys
 from typing import Any
 
 import numpy as np
@@ -30,19 +34,23 @@ INTP = ctypes.c_ssize_t
 ARRAY_HEADER_FIELDS = 5          # meminfo, parent, nitems, itemsize, data — then shape and strides
 
 
-@dataclass(frozen=True)
 class DeviceMatrix:
     """A device array as a launch sees it: data pointer, shape, strides in bytes, dtype. `owner` keeps
-    the array it came from alive for as long as this view is held."""
-    ptr: int
-    shape: tuple
-    strides: tuple
-    dtype: np.dtype
-    owner: Any = None
+    the array it came from alive for as long as this view is held. (A slotted class, not a dataclass:
+    one is made per operand on every call's path.)"""
+    __slots__ = ("ptr", "shape", "strides", "dtype", "owner")
+
+    def __init__(self, ptr: int, shape: tuple, strides: tuple, dtype, owner: Any = None):
+        self.ptr, self.shape, self.strides, self.dtype, self.owner = ptr, shape, strides, dtype, owner
+
+    def __repr__(self) -> str:
+        return f"DeviceMatrix(ptr={self.ptr:#x}, shape={self.shape}, strides={self.strides}, dtype={self.dtype})"
 
     @classmethod
     def of(cls, x) -> "DeviceMatrix":
         """From an object with ``__cuda_array_interface__`` (strides None means C-contiguous)."""
+        if type(x).__name__ == "Tensor" and "torch" in sys.modules and isinstance(x, sys.modules["torch"].Tensor):
+            return _torch_matrix(x)
         cai = x.__cuda_array_interface__
         dtype = np.dtype(cai["typestr"])
         shape = tuple(cai["shape"])
@@ -84,6 +92,29 @@ class DeviceMatrix:
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_matrix(t) -> DeviceMatrix:
+    """A torch CUDA tensor's view without its ``__cuda_array_interface__`` (torch builds that dictionary in
+    Python on every access). bfloat16, which the interface cannot describe, comes out as its uint16 bits."""
+    if not _TORCH_DTYPES:
+        import torch
+
+        _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(np.uint16),
+                              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+                              torch.int16: np.dtype(np.int16), torch.uint16: np.dtype(np.uint16),
+                              torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64),
+                              torch.uint8: np.dtype(np.uint8)})
+    if not t.is_cuda:
+        raise TypeError(f"expected a CUDA tensor, got one on {t.device}")
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise TypeError(f"unsupported torch dtype {t.dtype}")
+    itemsize = dtype.itemsize
+    return DeviceMatrix(t.data_ptr(), tuple(t.shape), tuple(s * itemsize for s in t.stride()), dtype, t)
 
 
 def c_contiguous_strides(shape, itemsize: int) -> tuple:
@@ -187,3 +218,54 @@ class PackedLaunch:
         if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {self.block}, "
                                f"{self.shared_bytes} B of shared memory)")
+
+
+class LaunchGraph:
+    """Packed launches, in order, as one CUDA graph: ``graph()`` enqueues them all with one
+    ``cuGraphLaunch`` (CUDA driver API "Graph Management"). The kernel nodes copy the launches'
+    parameter values when the graph is built, so the PackedLaunch objects may be rebound afterwards
+    without changing the graph."""
+
+    def __init__(self, steps, stream: int = 0):
+        from cuda.bindings import driver
+
+        self._driver = driver
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self.stream = driver.CUstream(int(stream))
+        self._graph = self._exec = None
+        err, self._graph = driver.cuGraphCreate(0)
+        self._check(err, "cuGraphCreate")
+        previous = []
+        for launch, grid in steps:
+            if grid <= 0:
+                continue
+            params = driver.CUDA_KERNEL_NODE_PARAMS()
+            params.func = launch._func
+            params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
+            params.blockDimX, params.blockDimY, params.blockDimZ = launch.block, 1, 1
+            params.sharedMemBytes = launch.shared_bytes
+            params.kernelParams = launch._params_address
+            params.extra = 0
+            err, node = driver.cuGraphAddKernelNode(self._graph, previous, len(previous), params)
+            self._check(err, "cuGraphAddKernelNode")
+            previous = [node]                   # each kernel after the one before it
+        err, self._exec = driver.cuGraphInstantiate(self._graph, 0)
+        self._check(err, "cuGraphInstantiate")
+
+    def _check(self, err, what: str) -> None:
+        if err != self._success:
+            raise RuntimeError(f"{what} failed: {err.name}")
+
+    def __call__(self) -> None:
+        (err,) = self._driver.cuGraphLaunch(self._exec, self.stream)
+        if err != self._success:
+            raise RuntimeError(f"cuGraphLaunch failed: {err.name}")
+
+    def __del__(self):
+        try:
+            if self._exec is not None:
+                self._driver.cuGraphExecDestroy(self._exec)
+            if self._graph is not None:
+                self._driver.cuGraphDestroy(self._graph)
+        except Exception:          # interpreter shutdown: the driver may already be gone
+            pass

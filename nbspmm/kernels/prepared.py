@@ -27,7 +27,7 @@ from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
 from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
                                         TIMELINE_EVENT_CAP, TIMELINE_EVENTS, PipelineConfig, compiled_kernel,
                                         padded_columns, sm_count, tile_shape_for)
-from nbspmm.launch import DeviceMatrix, PackedLaunch
+from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch
 
 HELPER_THREADS = 256            # threads per block of the element-wise helper kernels
 # Bound products (and B tensor maps) kept per operator, least recently used dropped first. Large enough
@@ -124,14 +124,24 @@ def helper_grid(elements: int) -> int:
 # ---- the prepared operand ----------------------------------------------------------------------
 
 class BoundProduct:
-    """``C = A @ B`` for one pair of (B, C) buffers, every launch packed: calling it enqueues them."""
+    """``C = A @ B`` for one pair of (B, C) buffers, every launch packed: calling it enqueues them — one
+    ``cuLaunchKernel`` for a single kernel, one ``cuGraphLaunch`` for several (pad / zero / main /
+    reduce as one CUDA graph)."""
 
     def __init__(self, steps, keep_alive):
-        self._steps = steps              # [(PackedLaunch, grid)]
+        self._steps = [(launch, grid) for launch, grid in steps if grid > 0]    # [(PackedLaunch, grid)]
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
+        self._graph = LaunchGraph(self._steps) if len(self._steps) > 1 else None
+
+    @property
+    def n_kernels(self) -> int:
+        return len(self._steps)
 
     def __call__(self) -> None:
-        for launch, grid in self._steps:
+        if self._graph is not None:
+            self._graph()
+        elif self._steps:
+            launch, grid = self._steps[0]
             launch(grid)
 
 
