@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 INTP = ctypes.c_ssize_t
+DEFAULT_DYNAMIC_SMEM = 48 * 1024     # dynamic shared memory a launch may use without the opt-in
 ARRAY_HEADER_FIELDS = 5          # meminfo, parent, nitems, itemsize, data — then shape and strides
 
 
@@ -171,10 +172,24 @@ class PackedLaunch:
             raise ValueError(f"PackedLaunch needs a kernel compiled for exactly one signature; it has {len(overloads)}")
         compiled = overloads[0]
         self._driver = driver
-        self._func = compiled._codelibrary.get_cufunc().handle
+        handle = compiled._codelibrary.get_cufunc().handle
+        if isinstance(handle, driver.CUkernel):
+            # numba may load code as a context-independent CUkernel (cuLibrary); graph kernel nodes
+            # take the CUfunction of the current context.
+            err, handle = driver.cuKernelGetFunction(handle)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuKernelGetFunction failed: {err.name}")
+        self._func = handle
         self._success = driver.CUresult.CUDA_SUCCESS
         self.block = int(block)
         self.shared_bytes = int(shared_bytes)
+        if self.shared_bytes > DEFAULT_DYNAMIC_SMEM:
+            # the opt-in above 48 KB, on this function handle itself (the kernel may have been given it
+            # as a CUkernel; a graph node launches the CUfunction)
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            (err,) = driver.cuFuncSetAttribute(handle, attr, self.shared_bytes)
+            if err != self._success:
+                raise RuntimeError(f"cuFuncSetAttribute({self.shared_bytes} B of shared memory) failed: {err.name}")
         self.stream = driver.CUstream(int(stream))
         self._slots: list = []
         self._is_set: list[bool] = []
