@@ -106,6 +106,7 @@ def time_operator(case: Case, timer, out_dtype: str = "float32", **options) -> d
         return row
     stats = timer.measure(lambda i: bound[i % len(bound)](), len(bound))
     row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"], host_us=stats["host_us"])
+    print(f"  {case.name} {row['options']} out={out_dtype}: {row['median_us']:.1f} us, err {err:.1e}", flush=True)
     return row
 
 
