@@ -24,10 +24,10 @@ dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[
 if fmt_name == "bcsr":
     A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
     persistent = variant in ("v4", "wide", "pingpong")          # the persistent variants get split rows
-    op = SpMMOperator(A, kernel=variant, **({"max_blocks": 1} if persistent else {}), **options)
+    op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 1} if persistent else {}), **options)
 else:
     A = formats.WCSR.from_scipy(dense, window_rows=64, tile_cols=16, dtype=np.float16)
-    op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, **options)
+    op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, experimental=True, **options)
 B = rng.standard_normal((K, N)).astype(np.float16)
 C = op(B).copy_to_host()
 ref = A.matmul_reference(B)

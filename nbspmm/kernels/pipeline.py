@@ -97,3 +97,51 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
         mbarrier_arrive(empty_barrier(bars, stage))
 
     return init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier
+
+
+def make_turns(n_takers: int, arrivals: int):
+    """Ordered turns between consumer warpgroups that take alternate work items (the ping-pong schedule).
+
+    Why the turns are needed. A ping-pong consumer steps over the other consumer's k-blocks
+    (``advance_by``) and then waits on ``full[s]`` by parity. A parity names a phase only up to two:
+    if the stage's barrier were two or more phases behind the awaited load, the wait would pass at
+    once on a stale phase (seen on the H200: a fault, or a hang, as soon as a CTA had several items
+    longer than the ring). Taking turns prevents it: taker g starts item j only after the taker of
+    item j - 1 has *waited for* every stage of that item, so every load before item j has landed and
+    each of item j's waits is at most one phase ahead of its barrier.
+
+    ``turn[g]`` (count `arrivals`: one per warp of the signalling warpgroup) is arrived on by taker
+    g - 1 when it has waited for all of an item's stages. Taker g's c-th item (CTA-local item
+    j = c · n + g) waits for the signal of item j - 1: phase c of turn[g] for g ≥ 1, phase c - 1 for
+    g = 0 (whose first item waits for nobody).
+
+    Returns (init, wait_turn, pass_turn); `turns` is the 32-bit shared address of n_takers mbarriers.
+    ``init`` issues no fence: call it before the ring's init, whose fence covers every prior init.
+    """
+    N = n_takers
+    ARRIVALS = arrivals
+
+    @cuda.jit(device=True, forceinline=True)
+    def turn_barrier(turns, taker):
+        return turns + uint32(MBARRIER_BYTES) * uint32(taker)
+
+    @cuda.jit(device=True, forceinline=True)
+    def init(turns):
+        for g in range(N):
+            mbarrier_init(turn_barrier(turns, g), uint32(ARRIVALS))
+
+    @cuda.jit(device=True, forceinline=True)
+    def wait_turn(turns, g, c):
+        """Taker g, before its c-th item (c = 0, 1, ...)."""
+        if g == 0:
+            if c > 0:
+                mbarrier_wait(turn_barrier(turns, 0), uint32((c - 1) & 1))
+        else:
+            mbarrier_wait(turn_barrier(turns, g), uint32(c & 1))
+
+    @cuda.jit(device=True, forceinline=True)
+    def pass_turn(turns, g):
+        """One arrival (per warp) once this warp has waited for every stage of its item."""
+        mbarrier_arrive(turn_barrier(turns, (g + 1) % N))
+
+    return init, wait_turn, pass_turn

@@ -54,7 +54,7 @@ from numba import cuda, int32, int64, uint32, uint64
 
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE
-from nbspmm.kernels.pipeline import make_ring
+from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
 from nbspmm.kernels.registry import KernelSpec, register
 from ptx_snippets import (clock64, elect_one, global_timer, fence_proxy_async_shared, global_addr, make_fragment_atomic_add,
                           make_fragment_store, make_smem_descriptor, make_wgmma, make_zero_accumulator,
@@ -111,7 +111,12 @@ class PipelineConfig:
     gather_b: bool = False       # B rows gathered one by one (WCSR) instead of BK consecutive rows
     consumer_wgs: int = 2
     wg_n: int = 128              # columns of C per consumer warpgroup (the wgmma N)
-    n_group: int = 4             # column tiles per rasterization group (L2 reuse)
+    # Columns of B per rasterization group: consecutive items walk the units within this many columns,
+    # whose slice of B (K x group_columns) should stay in L2: 16384 x 1024 fp16 = 32 MB of the 50 MB.
+    # (On the H200 the 64 x 512 "wide" tile with 4-tile groups — a 64 MB slice — staged 6.1 TB/s from L2
+    # to shared memory against v4's 8.3 TB/s; our reading is that its slice no longer fit L2. Not yet
+    # re-measured with the 2-tile groups this rule now gives it.)
+    group_columns: int = 1024
     instrument: bool = False     # record per-role timeline stamps (see TIMELINE_EVENTS)
     in_kind: str = "f16"
     out_kind: str = "f32"
@@ -161,6 +166,10 @@ class PipelineConfig:
     @property
     def pingpong(self):
         return self.schedule == "pingpong"
+
+    @property
+    def n_group(self):             # column tiles per rasterization group
+        return max(1, self.group_columns // self.tile_n)
 
     @property
     def tile_n(self):              # columns of C per work item
@@ -215,6 +224,7 @@ def build_kernel_function(cfg: PipelineConfig):
     """The Python kernel function for one configuration (jit it with launch_bounds=(cfg.threads, 1))."""
     (ring_init, advance, advance_by, producer_acquire, producer_arm,
      consumer_wait, consumer_release, _full_barrier) = make_ring(cfg.stages, cfg.stage_bytes, cfg.release_arrivals)
+    turns_init, wait_turn, pass_turn = make_turns(cfg.consumer_wgs, cfg.release_arrivals)
     mma = make_wgmma(cfg.wg_n, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=0, trans_b=1)
     zero_accumulator = make_zero_accumulator(cfg.wg_n)
     store_tile = make_fragment_store(cfg.wg_n, cfg.out_kind)
@@ -231,7 +241,8 @@ def build_kernel_function(cfg: PipelineConfig):
     MULTIPLY = cfg.multiply
     TWO_PASS = cfg.combine == "two_pass"
     STAGES = cfg.stages
-    N_BARRIERS = 2 * STAGES                   # full[0..S) then empty[0..S)
+    N_RING_BARRIERS = 2 * STAGES              # full[0..S) then empty[0..S)
+    N_BARRIERS = N_RING_BARRIERS + (cfg.consumer_wgs if cfg.pingpong else 0)   # then turn[0..wgs)
     LOOKAHEAD = STAGES - 1                    # loads kept in flight ahead of the multiply (unspecialized)
     PRODUCER_WG = cfg.consumer_wgs            # the last warpgroup produces (consumers are 0 .. wgs-1)
     CONSUMER_THREADS = cfg.consumer_wgs * WARPGROUP
@@ -359,6 +370,7 @@ def build_kernel_function(cfg: PipelineConfig):
         lane = tid % WARP
         smem_base = shared_addr(smem)
         bars = shared_addr(bar_words)
+        turns = bars + uint32(N_RING_BARRIERS * MBARRIER_BYTES)
         n_plan = rows.shape[0]
         n_items = n_plan * n_tiles_n
         K = b_words.shape[0]
@@ -366,6 +378,8 @@ def build_kernel_function(cfg: PipelineConfig):
         b_map_addr = global_addr(b_map)
 
         if tid == 0:
+            if PINGPONG:
+                turns_init(turns)                     # before ring_init: its fence covers these too
             ring_init(bars)
             if not SYNC_LOADS:
                 tensormap_acquire_fence(a_map_addr)   # the maps were written by a host copy: acquire them
@@ -404,12 +418,14 @@ def build_kernel_function(cfg: PipelineConfig):
                 n0 = t * TILE_N
                 if PINGPONG:
                     mine = turn % CONSUMER_WGS == g
+                    own = turn // CONSUMER_WGS          # this warpgroup's own items before this one
                     turn += 1
                     if not mine:
                         # The producer fills the ring item after item: step over the other
                         # warpgroup's k-blocks to this warpgroup's next stage.
                         stage, phase = advance_by(stage, phase, n_blocks)
                         continue
+                    wait_turn(turns, g, own)            # see make_turns: keeps parity waits unambiguous
                 if not SPECIALIZED and not SYNC_LOADS and tid == 0:
                     for i in range(min(LOOKAHEAD, n_blocks)):          # prologue: fill the ring
                         producer_acquire(bars, pstage, pphase)
@@ -455,6 +471,8 @@ def build_kernel_function(cfg: PipelineConfig):
                             slot = stamp(stamps, 1 + g, slot, EV_MMA_END, stage, i)
                     prev_stage = stage
                     stage, phase = advance(stage, phase)
+                if PINGPONG and lane == 0:
+                    pass_turn(turns, g)                 # every stage of this item waited for
                 if SPECIALIZED and n_blocks > 0:
                     wgmma_wait_group(0)
                     if lane == 0:

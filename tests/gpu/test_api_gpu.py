@@ -105,6 +105,8 @@ def test_errors_name_the_problem():
         op(np.zeros((200, 8), np.float16), out=cuda.device_array((130, 9), np.float32))
     with pytest.raises(ValueError, match="no kernel"):
         SpMMOperator(_A(rng), kernel="v9")
+    with pytest.raises(ValueError, match="experimental"):
+        SpMMOperator(_A(rng), kernel="pingpong")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz")))

@@ -16,7 +16,8 @@ TILES = ("wide", "pingpong")          # the persistent pipeline with 64 x 512 / 
 def operator(A_fmt, variant, out_dtype=np.float32, **options):
     from nbspmm.api import SpMMOperator
 
-    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, **options)
+    # the GPU suite is where experimental kernels are verified
+    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, experimental=True, **options)
 
 
 @pytest.mark.parametrize("variant", LADDER + TILES)
@@ -109,6 +110,18 @@ def test_split_atomic_16bit_output_is_refused():
     A = formats.BCSR.from_scipy(_edge_matrices(np.random.default_rng(0))["one-dense-block-row"], dtype=np.float16)
     with pytest.raises(ValueError, match="two_pass"):
         operator(A, "v4", out_dtype=np.float16, max_blocks=2)
+
+
+@pytest.mark.parametrize("variant", ["v4", *TILES])
+@pytest.mark.parametrize("combine", ["atomic", "two_pass"])
+def test_persistent_ctas_with_many_long_items(variant, combine):
+    """Several items per persistent CTA, each longer than the ring (the case that broke the first
+    ping-pong schedule: 40 block rows x 8 column tiles = 320 items on 132 CTAs, ~20 blocks a row)."""
+    rng = np.random.default_rng(21)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 64 * 40, 64 * 40, block_density=0.5), dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 2048)).astype(np.float16)
+    check_product(operator(A, variant, max_blocks=13, combine=combine), A, B, np.float32,
+                  f"{variant} many items {combine}")
 
 
 @pytest.mark.parametrize("variant", ["v4", *TILES])

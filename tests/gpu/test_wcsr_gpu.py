@@ -18,7 +18,8 @@ REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
 def operator(A_fmt, variant="ws", out_dtype=np.float32, **options):
     from nbspmm.api import SpMMOperator
 
-    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, **options)
+    # the GPU suite is where experimental kernels are verified
+    return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, experimental=True, **options)
 
 
 def wcsr(A, dtype=np.float16, tile_cols=16):
@@ -116,6 +117,17 @@ def test_two_pass_splits_with_16bit_output(dtype):
     B = rng.standard_normal((A.shape[1], 64)).astype(dtype)
     op = operator(A, out_dtype=dtype, max_tiles=2, combine="two_pass")
     check_product(op, A, B, dtype, f"two_pass {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("variant", ["ws", "pingpong"])
+@pytest.mark.parametrize("max_tiles", [None, "auto"])
+def test_persistent_ctas_with_many_long_items(variant, max_tiles):
+    """Several items per persistent CTA, each longer than the 8-stage ring (79 windows of ~170 tiles,
+    N = 512: 316+ items on 132 CTAs)."""
+    rng = np.random.default_rng(22)
+    A = wcsr(sp.random_array((5000, 5000), density=0.01, rng=rng, format="csr"))
+    B = rng.standard_normal((A.shape[1], 512)).astype(np.float16)
+    check_product(operator(A, variant, max_tiles=max_tiles), A, B, np.float32, f"{variant} many items {max_tiles}")
 
 
 def test_unsplit_is_bit_identical_across_runs():
