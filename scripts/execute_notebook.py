@@ -3,6 +3,7 @@
 its cells printed, so that a log of this script is readable without Jupyter.
 
     python scripts/execute_notebook.py notebooks/07_wcsr.ipynb OUT/07_wcsr.ipynb [--kernel NAME] [--timeout S]
+                                       [--total-timeout S]
 
 Exit status 0 when every cell ran, 1 when a cell failed (its error is printed, and the executed copy is
 still written up to that cell), 2 when the notebook could not be started (no kernel, no nbclient).
@@ -67,6 +68,9 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path, help="where to write the executed notebook")
     parser.add_argument("--kernel", default=None, help="kernel name (default: the notebook's own)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may take")
+    parser.add_argument("--total-timeout", type=float, default=None,
+                        help="seconds the whole notebook may take: each cell gets at most what is left, so a "
+                             "late cell times out and the kernel is shut down cleanly")
     args = parser.parse_args(argv)
     try:
         import nbformat
@@ -80,6 +84,9 @@ def main(argv=None) -> int:
     client = NotebookClient(nb, timeout=args.timeout, resources={"metadata": {"path": str(args.notebook.parent)}},
                             **options)
     status, t0 = 0, time.time()
+    if args.total_timeout is not None:
+        deadline = t0 + args.total_timeout
+        client.timeout_func = lambda cell: max(1, int(min(args.timeout, deadline - time.time())))
     try:
         client.execute()
     except CellExecutionError as exc:

@@ -9,7 +9,9 @@ output). GPU tests run with NBSPMM_REQUIRE_GPU=1, so a missing GPU fails them in
 ``--record`` runs scripts/record_results.py (everything, or WHAT: timelines | wcsr_balance) into
 $OUT/recorded/. ``--notebooks`` executes every notebook (or those whose file name matches GLOB, e.g.
 '0[5-8]*') headless with the GPU present, each in its own process (scripts/execute_notebook.py):
-one log per notebook and the executed copy with its outputs under $OUT/notebooks/, a PASS/FAIL row each.
+one log per notebook and the executed copy with its outputs under $OUT/notebooks/, a PASS/FAIL row each;
+notebooks that would start after --deadline-s (default 540 s from the start) are listed NOT RUN, so the
+summary and results.tar.gz are written before the device's 600 s limit — run them in a later call.
 
 On the device machine (Python 3.12, numba-cuda 0.30.4 with numpy 2.5, which it cannot launch with; no
 Jupyter), install the carried wheels first — numpy 2.4 and, for --notebooks, nbclient / nbformat /
@@ -157,6 +159,9 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOK_KERNEL = "nbspmm-python3"
 NOTEBOOK_TIMEOUT_S = 540          # one notebook, all cells (the device allows 600 s per command)
 NOTEBOOK_CELL_TIMEOUT_S = 480
+NOTEBOOK_MIN_START_S = 45         # do not start a notebook with less time than this before the deadline
+NOTEBOOK_KILL_GRACE_S = 15        # after its own deadline a notebook's process gets this long to shut down
+DEFAULT_DEADLINE_S = 540          # --notebooks starts no notebook after this (the summary must get out)
 
 
 def notebook_environment(scratch: Path) -> dict:
@@ -177,9 +182,11 @@ def notebook_environment(scratch: Path) -> dict:
                 PYTHONPATH=os.pathsep.join(path), PYTHONUNBUFFERED="1", JUPYTER_PLATFORM_DIRS="1")
 
 
-def notebooks(out: Path, pattern: str = "*", directory: Path = NOTEBOOK_DIR,
-              timeout: int = NOTEBOOK_TIMEOUT_S) -> list[tuple[str, str, str]]:
-    """Execute each numbered notebook matching ``pattern`` in its own process; one row each."""
+def notebooks(out: Path, pattern: str = "*", directory: Path = NOTEBOOK_DIR, timeout: int = NOTEBOOK_TIMEOUT_S,
+              deadline: float | None = None) -> list[tuple[str, str, str]]:
+    """Execute each numbered notebook matching ``pattern`` in its own process; one row each. None is
+    started within NOTEBOOK_MIN_START_S of ``deadline`` (a time.time() value), and none runs past it:
+    the rest are listed as not run, so that the summary and the archive are written in time."""
     paths = [p for p in sorted(directory.glob("[0-9][0-9]_*.ipynb")) if fnmatch.fnmatch(p.name, pattern)]
     if not paths:
         return [(f"notebooks {pattern}", "FAIL", f"no notebook in {directory} matches {pattern!r}")]
@@ -188,10 +195,16 @@ def notebooks(out: Path, pattern: str = "*", directory: Path = NOTEBOOK_DIR,
     env = notebook_environment(Path(tempfile.mkdtemp(prefix="nbspmm_notebooks_")))
     rows = []
     for path in paths:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left < NOTEBOOK_MIN_START_S:
+            rows.append((f"notebook {path.stem}", "NOT RUN", f"time budget spent ({left:.0f} s left); run it alone"))
+            continue
         log = target / f"{path.stem}.log"
+        budget = timeout if left is None else min(timeout, left)
+        # the notebook stops itself (its kernel shut down cleanly) at `budget`; the process timeout is a backstop
         cmd = [sys.executable, str(REPO / "scripts" / "execute_notebook.py"), str(path), str(target / path.name),
-               "--kernel", NOTEBOOK_KERNEL, "--timeout", str(NOTEBOOK_CELL_TIMEOUT_S)]
-        rc, secs = run_logged(cmd, log, env=env, timeout=timeout)
+               "--kernel", NOTEBOOK_KERNEL, "--timeout", str(NOTEBOOK_CELL_TIMEOUT_S), "--total-timeout", f"{budget:.0f}"]
+        rc, secs = run_logged(cmd, log, env=env, timeout=int(budget) + NOTEBOOK_KILL_GRACE_S)
         verdict = "PASS" if rc == 0 else ("FAIL timeout" if rc == 124 else f"FAIL rc={rc}")
         rows.append((f"notebook {path.stem}", verdict, f"{secs:.0f} s, notebooks/{log.name}"))
     return rows
@@ -217,7 +230,11 @@ def main() -> int:
                              "'synthetic:--kernels bcsr --N 4096'")
     parser.add_argument("--notebooks", nargs="?", const="*", default=None, metavar="GLOB",
                         help="execute the notebooks (all, or those whose file name matches GLOB) with the GPU")
+    parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
+                        help="seconds after the start after which --notebooks starts no notebook and stops a "
+                             f"running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
     args = parser.parse_args()
+    started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = environment(args.out)
     if args.tests is not None:
@@ -230,7 +247,7 @@ def main() -> int:
         suite, _, extra = spec.partition(":")
         rows += bench(args.out, suite, extra.split())
     if args.notebooks is not None:
-        rows += notebooks(args.out, args.notebooks)
+        rows += notebooks(args.out, args.notebooks, deadline=started + args.deadline_s)
     width = max(len(r[0]) for r in rows)
     if RECORD:
         (args.out / "gpu_tests.json").write_text(json.dumps({"environment": recorded_environment(),
@@ -244,7 +261,7 @@ def main() -> int:
             if path.is_file() and path.name != "results.tar.gz":
                 tar.add(path, arcname=str(path.relative_to(args.out)))
     print("\n" + "=" * 80 + "\n" + table)
-    return 0 if all(not r[1].startswith("FAIL") for r in rows) else 1
+    return 0 if all(not r[1].startswith(("FAIL", "NOT RUN")) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -69,3 +69,23 @@ def test_output_text():
     assert run.output_text({"output_type": "error", "ename": "E", "evalue": "v"}) == "E: v"
     assert run.output_text({"output_type": "display_data", "data": {"image/png": "x", "text/plain": "<Figure>"}}) == "<Figure>\n"
     assert run.output_text({"output_type": "display_data", "data": {"image/png": "x"}}) == "[image/png]\n"
+
+
+def test_notebooks_past_the_deadline_are_not_run(tmp_path):
+    import time
+
+    suite = _load("gpu_suite")
+    source = tmp_path / "nbs"
+    source.mkdir()
+    _notebook(source / "00_a.ipynb", "print(1)")
+    rows = suite.notebooks(tmp_path / "out", "*", directory=source, deadline=time.time() + 10)
+    assert rows[0][1] == "NOT RUN" and "run it alone" in rows[0][2]
+
+
+def test_a_notebook_stops_at_its_total_timeout(tmp_path):
+    run = _load("execute_notebook")
+    path = tmp_path / "slow.ipynb"
+    _notebook(path, "print('first')", "import time\ntime.sleep(60)", "print('never')")
+    assert run.main([str(path), str(tmp_path / "out.ipynb"), "--total-timeout", "8"]) == 1
+    executed = json.loads((tmp_path / "out.ipynb").read_text())
+    assert "".join(executed["cells"][0]["outputs"][0]["text"]) == "first\n" and executed["cells"][2]["outputs"] == []
