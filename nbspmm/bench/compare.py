@@ -32,6 +32,7 @@ SUITES = ("real", "synthetic", "llm")             # nbspmm.bench.suites.SUITES, 
 SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse")
 DENSE_PEER = "cublas_dense"
 LADDER_PREFIX = "bcsr:"
+LADDER_RUNG = re.compile(r"^bcsr:v\d+$")             # the ablation rungs; other variants count as kernels
 KERNEL_IN_NOTE = re.compile(r"kernel=([A-Za-z0-9_.\-]+)")
 
 
@@ -52,9 +53,9 @@ class Pool:
         return [s for s in SUITES if s in present] + [s for s in present if s not in SUITES]
 
     def kernels(self, suite: str | None = None, ladder: bool = False) -> list[str]:
-        """nbspmm candidates with correct rows (without the ladder's ``bcsr:vN`` unless ``ladder``)."""
+        """nbspmm candidates with correct rows (without the ablation rungs ``bcsr:v0`` … unless ``ladder``)."""
         names = dict.fromkeys(r["candidate"] for r in self.ok_rows(suite) if r["kind"] == NBSPMM)
-        return [n for n in names if ladder or ":" not in n]
+        return [n for n in names if ladder or not LADDER_RUNG.match(n)]
 
     def peers(self, suite: str | None = None) -> list[str]:
         return list(dict.fromkeys(r["candidate"] for r in self.ok_rows(suite) if r["kind"] == PEER))
