@@ -90,7 +90,7 @@ def arrow_matrix(n: int = ARROW_N, background_per_row: float = ARROW_BACKGROUND_
                  dense_row: int | None = None) -> sp.csr_matrix:
     """An n × n matrix whose row ``dense_row`` (default n // 2) is full, over a uniform random background
     of about ``background_per_row`` nonzeros per row: that one row holds most of the nonzeros, and its
-    64-row window has n / 16 tiles while the others have one or two. Values uniform in [-1, 1]."""
+    64-row window has n / 16 tiles while the others have a few. Values uniform in [-1, 1]."""
     from nbspmm.bench.suites import random_values, stable_seed, uniform_random
 
     if n < 1:
