@@ -1,18 +1,31 @@
 #!/usr/bin/env python3
 """Every GPU test and benchmark in one call, for the lent H200.
 
-    python scripts/gpu_suite.py --out $OUT [--tests PATTERN] [--sanitize] [--bench SUITE ...]
+    python scripts/gpu_suite.py --out $OUT [--tests PATTERN] [--sanitize] [--record [WHAT]]
+                                [--bench SUITE ...] [--notebooks [GLOB]]
 
 Writes full logs under --out and prints a short table last (the device tool returns the tail of the
 output). GPU tests run with NBSPMM_REQUIRE_GPU=1, so a missing GPU fails them instead of skipping.
+``--record`` runs scripts/record_results.py (everything, or WHAT: timelines | wcsr_balance) into
+$OUT/recorded/. ``--notebooks`` executes every notebook (or those whose file name matches GLOB, e.g.
+'0[5-8]*') headless with the GPU present, each in its own process (scripts/execute_notebook.py):
+one log per notebook and the executed copy with its outputs under $OUT/notebooks/, a PASS/FAIL row each;
+notebooks that would start after --deadline-s (default 540 s from the start) are listed NOT RUN, so the
+summary and results.tar.gz are written before the device's 600 s limit — run them in a later call.
 
-On the device machine (Python 3.12, numba-cuda 0.30.4 with numpy 2.5, which it cannot launch with),
-install the carried numpy 2.4 wheel first:
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+On the device machine (Python 3.12, numba-cuda 0.30.4 with numpy 2.5, which it cannot launch with; no
+Jupyter), install the carried wheels first — numpy 2.4 and, for --notebooks, nbclient / nbformat /
+ipykernel / IPython and their dependencies that the image lacks (all in .whl/, git-ignored):
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+--notebooks then writes a kernelspec for this Python (``python3 -m ipykernel_launcher``) into a
+temporary JUPYTER_PATH and names it explicitly, so no Jupyter installation or data directory is needed;
+the kernels inherit PYTHONPATH with the repository root put first. Set NBSPMM_COMMIT (and
+NBSPMM_DIRTY=1) so that what the notebooks record names the commit.
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -141,10 +154,68 @@ def recorded_environment() -> dict:
             "commit": os.environ.get("NBSPMM_COMMIT", "unknown"), "dirty": os.environ.get("NBSPMM_DIRTY") == "1"}
 
 
-def record(out: Path) -> list[tuple[str, str, str]]:
-    rc, secs = run_logged([sys.executable, "scripts/record_results.py", "--out", str(out / "recorded")],
-                          out / "record.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=300)
-    return [("record timelines", "PASS" if rc == 0 else f"FAIL rc={rc}", f"{secs:.0f} s, recorded/")]
+def record(out: Path, what: str | None = None) -> list[tuple[str, str, str]]:
+    cmd = [sys.executable, "scripts/record_results.py", "--out", str(out / "recorded")]
+    if what:
+        cmd += ["--only", what]
+    rc, secs = run_logged(cmd, out / "record.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=540)
+    return [(f"record {what or 'timelines, wcsr_balance'}", "PASS" if rc == 0 else f"FAIL rc={rc}",
+             f"{secs:.0f} s, recorded/, record.log")]
+
+
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOK_KERNEL = "nbspmm-python3"
+NOTEBOOK_TIMEOUT_S = 540          # one notebook, all cells (the device allows 600 s per command)
+NOTEBOOK_CELL_TIMEOUT_S = 480
+NOTEBOOK_MIN_START_S = 45         # do not start a notebook with less time than this before the deadline
+NOTEBOOK_KILL_GRACE_S = 15        # after its own deadline a notebook's process gets this long to shut down
+DEFAULT_DEADLINE_S = 540          # --notebooks starts no notebook after this (the summary must get out)
+
+
+def notebook_environment(scratch: Path) -> dict:
+    """The environment the notebook kernels run in: a kernelspec for this Python in a private
+    JUPYTER_PATH (first on Jupyter's search path, so nothing installed elsewhere is needed or used),
+    private runtime / IPython / matplotlib directories, and the repository root first on PYTHONPATH
+    (the kernel starts in notebooks/, where `import nbspmm` would not find the package)."""
+    spec_dir = scratch / "jupyter" / "kernels" / NOTEBOOK_KERNEL
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python {sys.version.split()[0]} (nbspmm GPU suite)", "language": "python"}, indent=1))
+    for name in ("runtime", "ipython", "mplconfig"):
+        (scratch / name).mkdir(exist_ok=True)
+    path = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, JUPYTER_PATH=str(scratch / "jupyter"), JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
+                IPYTHONDIR=str(scratch / "ipython"), MPLCONFIGDIR=str(scratch / "mplconfig"),
+                PYTHONPATH=os.pathsep.join(path), PYTHONUNBUFFERED="1", JUPYTER_PLATFORM_DIRS="1")
+
+
+def notebooks(out: Path, pattern: str = "*", directory: Path = NOTEBOOK_DIR, timeout: int = NOTEBOOK_TIMEOUT_S,
+              deadline: float | None = None) -> list[tuple[str, str, str]]:
+    """Execute each numbered notebook matching ``pattern`` in its own process; one row each. None is
+    started within NOTEBOOK_MIN_START_S of ``deadline`` (a time.time() value), and none runs past it:
+    the rest are listed as not run, so that the summary and the archive are written in time."""
+    paths = [p for p in sorted(directory.glob("[0-9][0-9]_*.ipynb")) if fnmatch.fnmatch(p.name, pattern)]
+    if not paths:
+        return [(f"notebooks {pattern}", "FAIL", f"no notebook in {directory} matches {pattern!r}")]
+    target = out / "notebooks"
+    target.mkdir(parents=True, exist_ok=True)
+    env = notebook_environment(Path(tempfile.mkdtemp(prefix="nbspmm_notebooks_")))
+    rows = []
+    for path in paths:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left < NOTEBOOK_MIN_START_S:
+            rows.append((f"notebook {path.stem}", "NOT RUN", f"time budget spent ({left:.0f} s left); run it alone"))
+            continue
+        log = target / f"{path.stem}.log"
+        budget = timeout if left is None else min(timeout, left)
+        # the notebook stops itself (its kernel shut down cleanly) at `budget`; the process timeout is a backstop
+        cmd = [sys.executable, str(REPO / "scripts" / "execute_notebook.py"), str(path), str(target / path.name),
+               "--kernel", NOTEBOOK_KERNEL, "--timeout", str(NOTEBOOK_CELL_TIMEOUT_S), "--total-timeout", f"{budget:.0f}"]
+        rc, secs = run_logged(cmd, log, env=env, timeout=int(budget) + NOTEBOOK_KILL_GRACE_S)
+        verdict = "PASS" if rc == 0 else ("FAIL timeout" if rc == 124 else f"FAIL rc={rc}")
+        rows.append((f"notebook {path.stem}", verdict, f"{secs:.0f} s, notebooks/{log.name}"))
+    return rows
 
 
 def bench(out: Path, suite: str, extra: list[str]) -> list[tuple[str, str, str]]:
@@ -161,22 +232,31 @@ def main() -> int:
                         help="run the GPU tests (optionally only those matching this -k pattern)")
     parser.add_argument("--jobs", type=int, default=1, help="test modules run at once (default 1)")
     parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer on a small BCSR v3/v4 case")
-    parser.add_argument("--record", action="store_true", help="record the notebooks' timelines (recorded/)")
+    parser.add_argument("--record", nargs="?", const="", default=None, metavar="WHAT",
+                        help="record what the notebooks show into recorded/ (all, or timelines | wcsr_balance)")
     parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",
                         help="benchmark suite, with extra bench arguments after a colon, e.g. "
                              "'synthetic:--kernels bcsr --N 4096'")
+    parser.add_argument("--notebooks", nargs="?", const="*", default=None, metavar="GLOB",
+                        help="execute the notebooks (all, or those whose file name matches GLOB) with the GPU")
+    parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
+                        help="seconds after the start after which --notebooks starts no notebook and stops a "
+                             f"running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
     args = parser.parse_args()
+    started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = environment(args.out)
     if args.tests is not None:
         rows += gpu_tests(args.out, args.tests or None, args.jobs)
     if args.sanitize:
         rows += sanitize(args.out)
-    if args.record:
-        rows += record(args.out)
+    if args.record is not None:
+        rows += record(args.out, args.record or None)
     for spec in args.bench:
         suite, _, extra = spec.partition(":")
         rows += bench(args.out, suite, extra.split())
+    if args.notebooks is not None:
+        rows += notebooks(args.out, args.notebooks, deadline=started + args.deadline_s)
     width = max(len(r[0]) for r in rows)
     if RECORD:
         (args.out / "gpu_tests.json").write_text(json.dumps({"environment": recorded_environment(),
@@ -190,7 +270,7 @@ def main() -> int:
             if path.is_file() and path.name != "results.tar.gz":
                 tar.add(path, arcname=str(path.relative_to(args.out)))
     print("\n" + "=" * 80 + "\n" + table)
-    return 0 if all(not r[1].startswith("FAIL") for r in rows) else 1
+    return 0 if all(not r[1].startswith(("FAIL", "NOT RUN")) for r in rows) else 1
 
 
 if __name__ == "__main__":

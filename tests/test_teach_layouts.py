@@ -125,3 +125,18 @@ def test_accumulator_owner_map_inverts_fragment_coords():
     thread, register = layouts.accumulator_owner_map(64)
     for r, c in itertools.product(range(64), range(64)):
         assert ps.fragment_coords(int(thread[r, c]), int(register[r, c])) == (r, c)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 2])
+def test_gather_rows_lands_as_one_swizzled_box(chunk):
+    """1-row boxes written a span apart, swizzled by address, equal the swizzled image of the stacked rows;
+    padding slots (row K, out of bounds) and columns past N are zeros; every box counts its bytes."""
+    B = np.random.default_rng(chunk).standard_normal((50, 150)).astype(np.float16)     # 150: last chunk partial
+    columns = np.array([0, 3, 4, 9, 17, 18, 30, 49, 2, 1, 40, 41, -1, -1, -1, -1])
+    g = layouts.gather_rows(B, columns, chunk=chunk)
+    assert np.array_equal(g.image, ps.swizzle_tile(g.logical, "128B"))
+    assert np.array_equal(g.rows, np.where(columns >= 0, columns, 50))
+    lo, hi = 64 * chunk, min(64 * chunk + 64, 150)
+    assert np.array_equal(g.logical[:12, :hi - lo], B[columns[:12], lo:hi])
+    assert not g.logical[:12, hi - lo:].any() and not g.logical[12:].any()
+    assert g.transaction_bytes == 16 * 128

@@ -53,7 +53,7 @@ def test_no_number_passes_for_a_measurement_without_its_source(path):
     which labels them or says they were not recorded."""
     code_cells = [_text(c) for c in _cells(path) if c["cell_type"] == "code"]
     for name in ("run_mbarrier_ring", "run_tma_copy_2d", "run_tma_wgmma_tile", "live.ladder", "live.benchmark",
-                 "live.record_timeline", "live.time_operator"):
+                 "live.record_timeline", "live.time_operator", "record_wcsr_balance"):
         for cell in code_cells:
             if name in cell:
                 assert "if ON_GPU:" in cell, f"{path.name}: {name} must run only under 'if ON_GPU:'"

@@ -125,3 +125,19 @@ def test_cost_drawings():
     rows = [{"candidate": "bcsr:v1", "median_us": 10.0}, {"candidate": "bcsr:v3", "median_us": 4.0}]
     ax = plots.draw_ladder(rows, title="t")
     assert [p.get_height() for p in ax.patches] == [10.0, 4.0]
+
+
+def test_draw_row_gather():
+    from nbspmm.teach import layouts
+
+    B = np.arange(40 * 64, dtype=np.float16).reshape(40, 64)
+    columns = np.array([5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, -1, -1, -1])
+    g = layouts.gather_rows(B, columns)
+    row, unit = plots.row_gather_cells(g)
+    assert row.shape == unit.shape == (16, 8)
+    assert set(row[13:].ravel()) == {-1} and set(row[:13].ravel()) == set(range(5, 18))
+    for s in range(16):
+        assert sorted(unit[s]) == list(range(8)), "each line holds every unit of one row, permuted"
+        assert unit[s, 0] == s % 8, "the 128-byte swizzle: unit u of slot s sits at u ^ (s mod 8)"
+    ax = plots.draw_row_gather(g)
+    assert len(ax.texts) == 16 * 8 and "2048 bytes" in ax.get_title()

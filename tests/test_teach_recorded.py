@@ -85,3 +85,5 @@ def test_the_shipped_results_load():
     for variant in recorded.timeline_variants():
         rec = recorded.timeline(variant)
         assert rec is not None and "unknown GPU" not in rec.label
+    balance = recorded.wcsr_balance()
+    assert balance is None or "unknown GPU" not in balance.label

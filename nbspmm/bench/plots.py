@@ -8,6 +8,9 @@
   candidate and matrix shape, the cuBLAS rate drawn across: where sparse beats dense.
 * ``ablation_<format>.png``: the ablation ladder, one bar per variant of a kernel (``bcsr:v0`` ...
   ``bcsr:v4``) on the case where most variants are correct, peers as dashed lines.
+
+Drawings on given axes, from results pooled over several files (``nbspmm.bench.compare``; notebook 08):
+``draw_speedup_distribution``, ``draw_floor_fractions``, ``draw_ladder_speedups``, ``draw_llm_layers``.
 """
 from __future__ import annotations
 
@@ -60,6 +63,22 @@ def reference_peer(result: dict, suite: str) -> str | None:
     return min(present) if present else None
 
 
+def _speedup_bars(axes, pairs, peer: str, labels: bool = True) -> None:
+    """Sorted per-case speedups as bars from 1× (up, green: faster; down, red: slower), log scale."""
+    values = [v for v, _ in pairs]
+    axes.bar(range(len(values)), [v - 1.0 for v in values], bottom=1.0,
+             color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(_times_formatter())
+    axes.yaxis.set_minor_formatter(_times_formatter())
+    if labels:
+        axes.set_xticks(range(len(values)), [c for _, c in pairs], rotation=80, fontsize=6)
+    else:
+        axes.set_xticks([])
+    axes.set_ylabel(f"speedup over {peer}")
+
+
 def speedup_distributions(result: dict, directory: Path, prefix: str = "") -> list[Path]:
     plt, written = None, []
     suites = dict.fromkeys(c["suite"] for c in result["cases"])
@@ -75,15 +94,7 @@ def speedup_distributions(result: dict, directory: Path, prefix: str = "") -> li
             plt = plt or _pyplot()
             figure, axes = plt.subplots(figsize=FIGURE_SIZE)
             values = [v for v, _ in pairs]
-            # bars run from 1× to the speedup: up (green) when faster, down (red) when slower
-            axes.bar(range(len(values)), [v - 1.0 for v in values], bottom=1.0,
-                     color=["tab:green" if v >= 1 else "tab:red" for v in values])
-            axes.axhline(1.0, color="black", linewidth=0.8)
-            axes.set_yscale("log")
-            axes.yaxis.set_major_formatter(_times_formatter())
-            axes.yaxis.set_minor_formatter(_times_formatter())
-            axes.set_xticks(range(len(values)), [c for _, c in pairs], rotation=80, fontsize=6)
-            axes.set_ylabel(f"speedup over {peer}")
+            _speedup_bars(axes, pairs, peer)
             geomean = geometric_mean(values)
             axes.set_title(_title(result, f"{kernel} vs {peer}, suite {suite}: geomean {geomean:.2f}×, "
                                           f"{len(values)} cases"), fontsize=9)
@@ -175,3 +186,138 @@ def make_plots(result: dict, directory: str | Path, prefix: str = "") -> list[Pa
     directory.mkdir(parents=True, exist_ok=True)
     return (speedup_distributions(result, directory, prefix) + throughput_vs_sparsity(result, directory, prefix)
             + ablation_ladders(result, directory, prefix))
+
+
+# ---------------------------------------------------------------- pooled results, on given axes
+def _axes(ax, figsize=FIGURE_SIZE):
+    """``ax``, or new axes from pyplot as it is configured (inline in a notebook: unlike the file-writing
+    figures above, these never switch the backend)."""
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+CANDIDATE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def draw_speedup_distribution(p, suite: str, kernel: str, peer: str, ax=None, case_labels: bool | None = None):
+    """The paper's Figure 5 for one (kernel, peer) pair of a pooled suite (``compare.Pool``): the per-case
+    speedups (peer time / kernel time) sorted, as bars from 1× on a log axis, the geometric mean as a
+    dashed line; the title gives it, the share of cases faster, and where the points were measured."""
+    from nbspmm.bench import compare
+
+    pairs = compare.speedups(p, suite, kernel, peer)
+    ax = _axes(ax)
+    if not pairs:
+        ax.set_title(f"{kernel} vs {peer}, suite {suite}: no case where both are correct", fontsize=8)
+        return ax
+    labels = len(pairs) <= 40 if case_labels is None else case_labels
+    _speedup_bars(ax, pairs, peer, labels=labels)
+    summary = compare.speedup_summary([v for v, _ in pairs])
+    ax.axhline(summary["geomean"], color="tab:blue", linestyle="--", linewidth=1.0)
+    ax.annotate(f"geomean {summary['geomean']:.2f}×", (1.0, summary["geomean"]), xycoords=("axes fraction", "data"),
+                fontsize=7, color="tab:blue", va="bottom", ha="right")
+    if max(summary["max"], 1.0) / min(summary["min"], 1.0) > 10:   # over a decade: 1-2-5 labels, no minor ones
+        from matplotlib.ticker import LogLocator, NullFormatter
+
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    rows = [r for r in p.ok_rows(suite) if r["candidate"] in (kernel, peer)]
+    ax.set_title(f"{kernel} vs {peer}, suite {suite}\ngeomean {summary['geomean']:.2f}×, faster on "
+                 f"{summary['faster']:.0%} of {summary['cases']} cases\n{p.where(rows)}", fontsize=7)
+    return ax
+
+
+def draw_floor_fractions(p, suite: str, ax=None):
+    """Per correct row of a pooled suite, the fraction of its byte floor (x) against the fraction of its
+    flop floor (y), log-log, one marker per candidate (nbspmm kernels filled, peers hollow). 1.0 on either
+    axis is that floor; the larger of the two coordinates is the fraction of the roofline."""
+    from nbspmm.bench import compare
+
+    points = compare.floor_fractions(p, suite)
+    ax = _axes(ax, figsize=(6.5, 5))
+    names = list(dict.fromkeys(f["candidate"] for f in points))
+    for i, name in enumerate(names):
+        mine = [f for f in points if f["candidate"] == name]
+        kernel = mine[0]["kind"] == NBSPMM
+        color = f"C{i % 10}"
+        ax.scatter([f["bytes"] for f in mine], [f["flops"] for f in mine], marker=CANDIDATE_MARKERS[i % len(CANDIDATE_MARKERS)],
+                   s=30, label=name, facecolors=color if kernel else "none", edgecolors=color)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis_line in (ax.axvline, ax.axhline):
+        axis_line(1.0, color="gray", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("fraction of the byte floor reached")
+    ax.set_ylabel("fraction of the flop floor reached")
+    ax.legend(fontsize=6)
+    rows = p.ok_rows(suite)
+    ax.set_title(f"suite {suite}: how close each product runs to its floors\n{p.where(rows)}",
+                 fontsize=8)
+    return ax
+
+
+def draw_ladder_speedups(p, ax=None, dense_peer: str = "cublas_dense", peers=("triton_bsr",)):
+    """The BCSR ablation ladder (``compare.ladder``): per case, each rung's speedup over cuBLAS (line with
+    markers; > 1: faster than the dense GEMM), and the speedup of each of ``peers`` as a dotted line of
+    the same colour."""
+    from nbspmm.bench import compare
+
+    ladders = compare.ladder(p)
+    ax = _axes(ax)
+    rungs = sorted({r for entry in ladders.values() for r in entry["rungs"]})
+    for i, (case, entry) in enumerate(ladders.items()):
+        dense = entry["peers"].get(dense_peer)
+        if not dense:
+            continue
+        color = f"C{i % 10}"
+        xs = [rungs.index(r) for r in entry["rungs"]]
+        ax.plot(xs, [dense / t for t in entry["rungs"].values()], marker="o", color=color, label=case)
+        for peer in peers:
+            t = entry["peers"].get(peer)
+            if t:
+                ax.hlines(dense / t, -0.2, len(rungs) - 0.8, colors=color, linestyles=":", linewidth=1.0)
+                ax.annotate(peer, (len(rungs) - 0.8, dense / t), fontsize=6, color=color, va="center")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(_times_formatter())
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.set_xlabel("rung of the BCSR ladder")
+    ax.set_ylabel(f"speedup over {dense_peer}")
+    ax.legend(fontsize=6, loc="lower right")
+    labels = list(dict.fromkeys(label for entry in ladders.values() for label in entry["recorded"]))
+    ax.set_title(f"the BCSR ladder against cuBLAS (dotted: {', '.join(peers)})\n{compare.join_labels(labels)}",
+                 fontsize=8)
+    return ax
+
+
+def draw_llm_layers(rows, ax=None, kernel: str = "bcsr", peers=("cublas_dense", "triton_bsr"), where: str = ""):
+    """Qwen2.5-7B layers (``compare.llm_layers``): bars of the kernel's speedup over the first peer per
+    (layer, tokens); each other peer's speedup over the first as a black tick on the same bar."""
+    ax = _axes(ax, figsize=(9, 4))
+    layers = list(dict.fromkeys(r["layer"] for r in rows))
+    tokens = sorted({r["tokens"] for r in rows})
+    width = 0.8 / max(len(tokens), 1)
+    base = peers[0]
+    labelled = set()
+    for j, n in enumerate(tokens):
+        timed = [r for r in rows if r["tokens"] == n and r.get(f"× vs {base}")]
+        xs = [layers.index(r["layer"]) + (j - (len(tokens) - 1) / 2) * width for r in timed]
+        ax.bar(xs, [r[f"× vs {base}"] for r in timed], width=width * 0.95, color=f"C{j}",
+               label=f"{kernel}, {n:,} tokens")
+        for x, r in zip(xs, timed):
+            for other in peers[1:]:
+                if r.get(other):
+                    label = f"{other} over {base}"
+                    ax.plot([x - width / 2.5, x + width / 2.5], [r[base] / r[other]] * 2, color="black",
+                            linewidth=1.5, label=None if label in labelled else label)
+                    labelled.add(label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(layers)), layers)
+    ax.set_xlabel("linear layer of one Qwen2.5-7B block")
+    ax.set_ylabel(f"speedup over {base}")
+    ax.legend(fontsize=7)
+    ax.set_title(f"{kernel} against {base} per layer" + (f"\n{where}" if where else ""), fontsize=8)
+    return ax

@@ -8,6 +8,10 @@ here is the reading side, written from the PTX ISA text:
 * :func:`tma_box` — a 2-D TMA tile load as NumPy: the box at a (possibly out-of-range) origin, the
   elements outside the tensor filled with zeros (or NaN); the bytes it completes on the mbarrier are
   always the whole box (:func:`box_transaction_bytes`).
+* :func:`gather_rows` — how the WCSR kernel brings one k-block's B rows: one 1-row box per condensed
+  column (a padding slot asks for row K, past the end of B, and gets zeros), each written one swizzle
+  span after the previous; the hardware swizzles by shared-memory address, so the rows land exactly as
+  one multi-row box of the same rows would.
 * :func:`plan_map` — ``ptx_snippets.plan_tiled`` (every rule of ``cuTensorMapEncodeTiled``) for an array
   described by shape and dtype only, so tensor maps can be planned and their errors shown with no GPU.
 * :func:`swizzle_map` — which logical 16-byte unit of which box row sits at each physical 16-byte
@@ -86,6 +90,39 @@ def box_grid(shape: tuple[int, int], box: tuple[int, int]) -> list[BoxTile]:
             inside = (min(r0 + br, rows) - r0) * (min(c0 + bc, cols) - c0)
             out.append(BoxTile((r0, c0), inside, br * bc))
     return out
+
+
+@dataclass(frozen=True)
+class RowGather:
+    """One 64-column chunk of a WCSR k-block's B operand, as the kernel gathers it (:func:`gather_rows`)."""
+
+    rows: np.ndarray             # [KT] the row of B each slot loads (K, past the end, for a padding slot)
+    padding: np.ndarray          # [KT] bool: the slot is padding (its column is negative)
+    logical: np.ndarray          # [KT, span / itemsize] what each 1-row box holds (zeros where out of bounds)
+    image: np.ndarray            # uint8 [KT · span]: shared memory once the KT boxes have landed
+    transaction_bytes: int       # what the KT loads complete on the stage's full barrier
+
+
+def gather_rows(B: np.ndarray, columns, chunk: int = 0, swizzle="128B") -> RowGather:
+    """The KT rows of ``B`` named by a tile's condensed ``columns`` (negative: padding), chunk ``chunk`` of
+    span / itemsize columns, brought by one 1-row TMA box each: slot ``s`` is written at shared-memory
+    offset ``s · span`` (from a swizzle-period-aligned base) and the hardware applies the swizzle to each
+    16-byte unit by its address (:func:`swizzle_address`). A padding slot loads row K — entirely out of
+    bounds — so TMA writes zeros there and still counts the box's bytes."""
+    B = np.asarray(B)
+    name = D.swizzle_name(swizzle)
+    span = D.SWIZZLE_SPAN[name] if name != "none" else LINE_BYTES
+    elems = span // B.itemsize
+    columns = np.asarray(columns, dtype=np.int64)
+    rows = np.where(columns >= 0, columns, B.shape[0])
+    logical = np.empty((rows.size, elems), dtype=B.dtype)
+    image = np.zeros(rows.size * span, dtype=np.uint8)
+    for slot, row in enumerate(rows):
+        box = tma_box(B, (1, elems), (int(row), chunk * elems))
+        logical[slot] = box[0]
+        address = slot * span + np.arange(span)
+        image[swizzle_address(address, name)] = np.ascontiguousarray(box).view(np.uint8).reshape(-1)
+    return RowGather(rows, columns < 0, logical, image, rows.size * box_transaction_bytes((1, elems), B.itemsize))
 
 
 class HostArrayDescription:

@@ -236,6 +236,41 @@ def draw_accumulator_map(n: int = 16, ax=None, rows: tuple[int, int] = (0, 64), 
     return ax
 
 
+def row_gather_cells(gather: layouts.RowGather, swizzle="128B") -> tuple[np.ndarray, np.ndarray]:
+    """The data of :func:`draw_row_gather`: per (shared-memory line = slot, physical 16-byte unit), the row
+    of B that landed there (-1: a padding slot's zeros) and which logical unit of that row it is."""
+    span = gather.image.size // max(gather.rows.size, 1)
+    slots, units = np.meshgrid(np.arange(gather.rows.size), np.arange(span // layouts.UNIT_BYTES), indexing="ij")
+    logical = layouts.swizzle_address(slots * span + units * layouts.UNIT_BYTES, swizzle)   # XOR: its own inverse
+    source_slot = logical // span
+    row = np.where(np.asarray(gather.padding)[source_slot], -1, np.asarray(gather.rows)[source_slot])
+    return row, (logical % span) // layouts.UNIT_BYTES
+
+
+def draw_row_gather(gather: layouts.RowGather, ax=None, swizzle="128B", chunk: int = 0):
+    """One chunk of a WCSR k-block's B operand in shared memory after its 1-row TMA boxes landed: one
+    128-byte line per slot, each 16-byte unit coloured by its logical unit and labelled with the row of
+    B it came from; padding slots (zeros) hatched grey. The diagonal pattern is the 128-byte swizzle,
+    applied per line by address, exactly as for one box of all the rows."""
+    row, unit = row_gather_cells(gather, swizzle)
+    ax = _axes(ax, figsize=(6, 0.3 * row.shape[0] + 1.2))
+    ax.imshow(np.ma.masked_where(row < 0, unit), cmap="tab10", vmin=0, vmax=9, aspect="auto",
+              interpolation="nearest")
+    pads = np.argwhere(row < 0)
+    _rects(ax, [(s - 0.5, p - 0.5, 1, 1) for s, p in pads], PADDING_COLOR, 0.5)
+    for s in range(row.shape[0]):
+        for p in range(row.shape[1]):
+            text = "pad" if row[s, p] < 0 else f"{row[s, p]}:{unit[s, p]}"
+            ax.text(p, s, text, ha="center", va="center", fontsize=6)
+    ax.set_xticks(range(row.shape[1]), [f"{4 * p}-{4 * p + 3}" for p in range(row.shape[1])], fontsize=6)
+    ax.set_xlabel("physical 16-byte unit of the line (banks)")
+    ax.set_ylabel("slot = 128-byte line")
+    ax.set_title(f"B chunk {chunk} of one tile: {row.shape[0]} one-row TMA boxes, {gather.transaction_bytes} "
+                 f"bytes on the barrier\nlabel = row of B : logical 16-byte unit; pink = padding slot (zeros)",
+                 fontsize=9)
+    return ax
+
+
 DESCRIPTOR_FIELDS = (("start addr >> 4", 0, 14), ("LBO >> 4", 16, 30), ("SBO >> 4", 32, 46),
                      ("base offset", 49, 52), ("swizzle", 62, 64))
 
@@ -466,4 +501,45 @@ def draw_ladder(rows: list[dict], ax=None, title: str = ""):
     ax.bar(names, [float(np.median(by_name[n])) for n in names], color="tab:blue")
     ax.set_ylabel("median µs per product")
     ax.set_title(title, fontsize=9)
+    return ax
+
+
+# ---------------------------------------------------------------- load balance (measured)
+BALANCE_COLORS = ("tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:purple")
+
+
+def draw_balance(record: dict, ax=None, source: str | None = None):
+    """A WCSR load-balancing record (``nbspmm.teach.balance``): median µs per configuration (bars, log
+    scale) for each matrix, each bar labelled with its speedup over "no split"; a configuration that was
+    not timed is named with its status instead. ``source`` (default: the record's date, GPU and commit)
+    goes into the title."""
+    from nbspmm.teach import balance, recorded
+
+    data = balance.bar_data(record)
+    cases, configs = data["cases"], data["configs"]
+    ax = _axes(ax, figsize=(max(5.0, 2.6 * len(cases)), 4))
+    width = 0.8 / max(len(configs), 1)
+    timed = [c["median_us"] for c in data["cell"].values() if c["median_us"]]
+    floor = min(timed) / 3 if timed else 1.0
+    for j, config in enumerate(configs):
+        xs = np.arange(len(cases)) + (j - (len(configs) - 1) / 2) * width
+        for x, case in zip(xs, cases):
+            cell = data["cell"][(case, config)]
+            if cell["median_us"]:
+                ax.bar(x, cell["median_us"], width=width * 0.95, color=BALANCE_COLORS[j % len(BALANCE_COLORS)],
+                       label=config if case == cases[0] else None)
+                text = f"{cell['speedup']:.2f}×" if cell["speedup"] else ""
+                ax.text(x, cell["median_us"] * 1.08, text, ha="center", va="bottom", fontsize=7)
+            else:
+                ax.text(x, floor * 1.2, cell["status"], ha="center", va="bottom", fontsize=7, rotation=90,
+                        color="tab:red")
+    ax.set_yscale("log")
+    if timed:
+        ax.set_ylim(floor, max(timed) * 3)
+    ax.set_xticks(range(len(cases)), cases, fontsize=8)
+    ax.set_ylabel("median µs per product (lower is better)")
+    ax.legend(fontsize=7, loc="upper left")
+    where = source if source is not None else recorded.label(record["environment"])
+    ax.set_title(f"WCSR kernel, N = {record['settings']['N']}: no split vs split windows "
+                 f"(× = speedup over no split)\n{where}", fontsize=9)
     return ax

@@ -12,6 +12,8 @@ kinds, each a JSON object with an ``environment`` saying where and when it was m
               "skipped"}]}``
   timeline    ``timeline_<variant>.json``: ``{"environment", "kernel", "case", "events": [...]}``
               (``nbspmm.teach.timeline`` documents and checks the events)
+  wcsr_balance  ``wcsr_balance.json``: the WCSR kernel with and without split windows, atomic and
+              two-pass combination, schema ``nbspmm-wcsr-balance/1`` (``nbspmm.teach.balance``)
 
 Every loader returns a :class:`Recorded` (the data plus its ``label``: "NVIDIA H200, 2026-12-02,
 commit 3c3db76a1b") or ``None`` when nothing of that kind was recorded; a notebook then prints
@@ -44,7 +46,7 @@ class RecordError(ValueError):
 class Recorded:
     """One recorded file: what it is, where it is, its parsed content."""
 
-    kind: str            # "bench", "gpu_tests" or "timeline"
+    kind: str            # "bench", "gpu_tests", "timeline" or "wcsr_balance"
     path: Path
     data: dict
 
@@ -171,6 +173,23 @@ def gpu_test_rows(recorded: Recorded | None, module_contains: str) -> list[dict]
     if recorded is None:
         return []
     return [row for row in recorded.data["rows"] if module_contains in str(row["module"])]
+
+
+def wcsr_balance(directory=None) -> Recorded | None:
+    """The recorded WCSR load-balancing measurement ``wcsr_balance.json``, checked, or None."""
+    from nbspmm.teach import balance
+
+    path = _directory(directory) / balance.FILE_NAME
+    if not path.is_file():
+        return None
+    data = _read(path, "wcsr_balance")
+    if data.get("synthetic_test_data"):
+        raise RecordError(f"{path.name}: synthetic test data cannot stand as a recorded measurement")
+    try:
+        balance.check_record(data)
+    except ValueError as exc:
+        raise RecordError(f"{path.name}: {exc}") from None
+    return Recorded("wcsr_balance", path, data)
 
 
 def timeline_variants(directory=None) -> list[str]:
