@@ -112,6 +112,12 @@ class SpMMOperator:
         self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name
 
+    @property
+    def plan(self):
+        """The work plan the kernel runs (a ``formats.SplitPlan``: items, which units are split), or None
+        for kernels without one (the CUDA-core baseline)."""
+        return getattr(self._prepared, "plan", None)
+
     def __repr__(self):
         M, K = self.shape
         return (f"SpMMOperator({M}x{K}, format={self.format_name}, kernel={self.kernel}, "

@@ -204,7 +204,7 @@ class BalanceCandidate:
             raise cand.NotBuiltYet(f"the WCSR kernel does not take {options}: {exc}") from None
         make_prepared = self._prepared or cand._NbspmmPrepared
         prepared = make_prepared(op, case, inputs, f"{op!r} {options}")
-        plan = getattr(getattr(op, "_prepared", None), "plan", None)
+        plan = getattr(op, "plan", None)
         extra: dict[str, Any] = {"options": _jsonable(options),
                                  "max_tiles": None if plan is None else plan.max_tiles,
                                  "plan": None if plan is None else plan_record(plan)}

@@ -78,7 +78,7 @@ def test_split_block_rows(max_blocks):
     A = formats.BCSR.from_scipy(_edge_matrices(rng)["one-dense-block-row"], dtype=np.float16)
     B = rng.standard_normal((A.shape[1], 300)).astype(np.float16)
     op = operator(A, "v4", max_blocks=max_blocks)
-    assert op._prepared.plan.shared.any(), "the plan should split the dense block row"
+    assert op.plan.shared.any(), "the plan should split the dense block row"
     check_product(op, A, B, np.float32, f"v4 split {max_blocks}")
 
 

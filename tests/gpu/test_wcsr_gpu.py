@@ -92,7 +92,7 @@ def test_split_and_unsplit(max_tiles):
     A = wcsr(_generated(rng)["arrow"])
     B = rng.standard_normal((A.shape[1], 128)).astype(np.float16)
     op = operator(A, max_tiles=max_tiles)
-    assert bool(np.asarray(op._prepared.plan.shared).any()) == (max_tiles is not None)
+    assert bool(np.asarray(op.plan.shared).any()) == (max_tiles is not None)
     check_product(op, A, B, np.float32, f"max_tiles={max_tiles}")
 
 
@@ -103,7 +103,7 @@ def test_two_pass_is_correct_and_bit_identical(variant, max_tiles):
     A = wcsr(_generated(rng)["arrow"])
     B = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
     op = operator(A, variant, max_tiles=max_tiles, combine="two_pass")
-    assert np.asarray(op._prepared.plan.shared).any()
+    assert np.asarray(op.plan.shared).any()
     check_product(op, A, B, np.float32, f"{variant} two_pass max_tiles={max_tiles}")
     first = op(B).copy_to_host()
     for _ in range(3):
