@@ -30,6 +30,12 @@ from ptx_snippets import (mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_i
 MBARRIER_BYTES = 8  # an mbarrier object is one 64-bit word in shared memory
 
 
+@cuda.jit(device=True, forceinline=True)
+def barrier_at(base, index):
+    """The shared address of mbarrier `index` of an array of them starting at `base`."""
+    return base + uint32(MBARRIER_BYTES) * uint32(index)
+
+
 def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
     """Device functions for a ring of `n_stages` stages of `stage_bytes` bytes each.
 
@@ -45,11 +51,11 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
 
     @cuda.jit(device=True, forceinline=True)
     def full_barrier(bars, stage):
-        return bars + uint32(MBARRIER_BYTES) * uint32(stage)
+        return barrier_at(bars, stage)
 
     @cuda.jit(device=True, forceinline=True)
     def empty_barrier(bars, stage):
-        return bars + uint32(MBARRIER_BYTES) * uint32(S + stage)
+        return barrier_at(bars, S + stage)
 
     @cuda.jit(device=True, forceinline=True)
     def init(bars):
@@ -122,26 +128,22 @@ def make_turns(n_takers: int, arrivals: int):
     ARRIVALS = arrivals
 
     @cuda.jit(device=True, forceinline=True)
-    def turn_barrier(turns, taker):
-        return turns + uint32(MBARRIER_BYTES) * uint32(taker)
-
-    @cuda.jit(device=True, forceinline=True)
     def init(turns):
         for g in range(N):
-            mbarrier_init(turn_barrier(turns, g), uint32(ARRIVALS))
+            mbarrier_init(barrier_at(turns, g), uint32(ARRIVALS))
 
     @cuda.jit(device=True, forceinline=True)
     def wait_turn(turns, g, c):
         """Taker g, before its c-th item (c = 0, 1, ...)."""
         if g == 0:
             if c > 0:
-                mbarrier_wait(turn_barrier(turns, 0), uint32((c - 1) & 1))
+                mbarrier_wait(barrier_at(turns, 0), uint32((c - 1) & 1))
         else:
-            mbarrier_wait(turn_barrier(turns, g), uint32(c & 1))
+            mbarrier_wait(barrier_at(turns, g), uint32(c & 1))
 
     @cuda.jit(device=True, forceinline=True)
     def pass_turn(turns, g):
         """One arrival (per warp) once this warp has waited for every stage of its item."""
-        mbarrier_arrive(turn_barrier(turns, (g + 1) % N))
+        mbarrier_arrive(barrier_at(turns, (g + 1) % N))
 
     return init, wait_turn, pass_turn

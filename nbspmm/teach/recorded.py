@@ -179,17 +179,8 @@ def wcsr_balance(directory=None) -> Recorded | None:
     """The recorded WCSR load-balancing measurement ``wcsr_balance.json``, checked, or None."""
     from nbspmm.teach import balance
 
-    path = _directory(directory) / balance.FILE_NAME
-    if not path.is_file():
-        return None
-    data = _read(path, "wcsr_balance")
-    if data.get("synthetic_test_data"):
-        raise RecordError(f"{path.name}: synthetic test data cannot stand as a recorded measurement")
-    try:
-        balance.check_record(data)
-    except ValueError as exc:
-        raise RecordError(f"{path.name}: {exc}") from None
-    return Recorded("wcsr_balance", path, data)
+    return _checked_record(_directory(directory) / balance.FILE_NAME, "wcsr_balance", balance.check_record,
+                           "synthetic_test_data", "synthetic test data")
 
 
 def timeline_variants(directory=None) -> list[str]:
@@ -200,17 +191,22 @@ def timeline(variant: str, directory=None) -> Recorded | None:
     """The recorded pipeline timeline ``timeline_<variant>.json``, checked, or None."""
     from nbspmm.teach import timeline as tl
 
-    path = _directory(directory) / f"timeline_{variant}.json"
+    return _checked_record(_directory(directory) / f"timeline_{variant}.json", "timeline", tl.check_record,
+                           "simulated", "a simulated record")
+
+
+def _checked_record(path, kind: str, check, not_measured_flag: str, not_measured: str) -> Recorded | None:
+    """The record at `path` (None if absent), refused when it is flagged as not measured or fails `check`."""
     if not path.is_file():
         return None
-    data = _read(path, "timeline")
-    if data.get("simulated"):
-        raise RecordError(f"{path.name}: a simulated record cannot stand as a recorded measurement")
+    data = _read(path, kind)
+    if data.get(not_measured_flag):
+        raise RecordError(f"{path.name}: {not_measured} cannot stand as a recorded measurement")
     try:
-        tl.check_record(data)
+        check(data)
     except ValueError as exc:
         raise RecordError(f"{path.name}: {exc}") from None
-    return Recorded("timeline", path, data)
+    return Recorded(kind, path, data)
 
 
 # ---------------------------------------------------------------- views
