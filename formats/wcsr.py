@@ -292,13 +292,13 @@ def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype,
         first_tile = np.cumsum(n_tiles) - n_tiles
         first_rank = np.cumsum(n_cols) - n_cols
         padded = rank + np.repeat((first_tile << kt_shift) - first_rank, entries)
-        # Offset = tile * H*KT + row_offset + slot = padded + (padded // KT) * (H-1)*KT + row_offset.
-        piece_offset = padded >> kt_shift
+        # Offset = tile * H*KT + row_offset + slot = padded + (padded // KT) * (H-1)*KT + row_offset,
+        # computed in place in the piece's part of `offset`.
+        piece_offset = np.right_shift(padded, kt_shift, out=offset[lo:hi])
         piece_offset *= (h - 1) * kt
         piece_offset += padded
         r_lo, r_hi = w_lo * h, min(w_hi * h, m)
         piece_offset += np.repeat(row_offset[r_lo:r_hi], np.diff(indptr[r_lo:r_hi + 1]))
-        offset[lo:hi] = piece_offset
 
     cols = np.concatenate(piece_cols) if piece_cols else np.zeros(0, dtype=INDEX_DTYPE)
     _validate.check_fits_int32("number of condensed columns", cols.size)
