@@ -26,12 +26,13 @@ SORT_PIECE = 1 << 16
 # Sort keys are packed into int64; bit 63 is the sign bit.
 _PACKED_KEY_BITS = 63
 # Digit of the LSD radix sort: numpy's stable argsort of a 16-bit integer array is a radix sort (two
-# byte passes, linear time); of wider integers it is a merge sort (timsort), 3-10x slower per entry here.
+# byte passes, linear time); of wider integers it is a timsort, which took 2-3x as long as two radix
+# digits on the power-law keys (NOTES.md, 2026-12-03).
 RADIX_DIGIT_BITS = 16
 # `condense` marks keys in a presence array when the key space has at most this many slots per entry,
 # and radix-sorts them otherwise. Measured on 64K-entry pieces (2026-12-03, AMD EPYC VM): presence costs
-# 6-9 ns per entry up to 8 slots per entry, then 20+ (its arrays leave the L2 cache); the radix sort
-# costs 12-15 ns per entry at any size.
+# 6-9 ns per entry up to 8 slots per entry, 23-28 beyond (its arrays leave the L2 cache); the radix
+# sort 11-20 ns per entry.
 PRESENCE_SLOTS_PER_ENTRY = 8
 
 
