@@ -21,7 +21,7 @@ from ._validate import INT32_MAX, SCIPY_VALUE_DTYPE, ceil_div
 REFERENCE_CHUNK_BYTES = 64 << 20
 # Offsets inside one tile are kept as uint16: a tile has at most 256 × 256 slots.
 LOCAL_OFFSET_LIMIT = 1 << 16
-# Entries per independently sorted piece (512 KB of int64 keys: sorts in cache).
+# Entries per independently sorted (BCSR) or condensed (WCSR) piece: 512 KB of int64 keys, in cache.
 SORT_PIECE = 1 << 16
 # Sort keys are packed into int64; bit 63 is the sign bit.
 _PACKED_KEY_BITS = 63
@@ -131,7 +131,7 @@ def condense(key: np.ndarray, key_bound: int,
     Where the key space has at most ``presence_slots`` slots per key, the keys are marked in a
     presence array (no sort: ``flatnonzero`` lists the unique keys in order, and a map from key to
     rank, written at the unique keys only, gives the ranks). Otherwise they are radix-sorted; equal
-    keys then form runs, and the rank of an entry is the number of runs that start at or before it.
+    keys then form runs, and the rank of an entry is the number of runs that start at or before it, less one.
     """
     n = key.size
     if key_bound <= presence_slots * n:
