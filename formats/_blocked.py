@@ -4,23 +4,36 @@ A tile (a BCSR block, a WCSR tile) is an ``R × C`` dense array. Tiles belong to
 rows (a block row, a window): group g covers rows ``g*R ... g*R + R - 1``, and its tiles are
 contiguous, in group order. Each of a tile's C columns (slots) maps to one column of A, or to -1 for
 padding. With that description, one routine gives ``to_scipy`` and one gives the float64 reference
-product, for both formats. The build helpers (sort by a packed key, run detection) live here too.
+product, for both formats. The build helpers live here too: sort by a packed key and run detection
+(BCSR), and the piecewise condensing of keys (WCSR): ``band_pieces`` cuts the entries into cache-sized
+pieces of whole bands, ``condense`` gives a piece's sorted unique keys and each entry's rank among them,
+by a presence array where the key space is small and by an LSD radix sort (``radix_argsort``) where it
+is not.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._validate import SCIPY_VALUE_DTYPE, ceil_div
+from ._validate import INT32_MAX, SCIPY_VALUE_DTYPE, ceil_div
 
 # The reference product works on chunks of tiles, so its temporaries stay near this size.
 REFERENCE_CHUNK_BYTES = 64 << 20
 # Offsets inside one tile are kept as uint16: a tile has at most 256 × 256 slots.
 LOCAL_OFFSET_LIMIT = 1 << 16
-# Entries per independently sorted piece (512 KB of int64 keys: sorts in cache).
+# Entries per independently sorted (BCSR) or condensed (WCSR) piece: 512 KB of int64 keys, in cache.
 SORT_PIECE = 1 << 16
 # Sort keys are packed into int64; bit 63 is the sign bit.
 _PACKED_KEY_BITS = 63
+# Digit of the LSD radix sort: numpy's stable argsort of a 16-bit integer array is a radix sort (two
+# byte passes, linear time); of wider integers it is a timsort, which took 2-3x as long as two radix
+# digits on the power-law keys (NOTES.md, 2026-12-03).
+RADIX_DIGIT_BITS = 16
+# `condense` marks keys in a presence array when the key space has at most this many slots per entry,
+# and radix-sorts them otherwise. Measured on 64K-entry pieces (2026-12-03, AMD EPYC VM): presence costs
+# 6-9 ns per entry up to 8 slots per entry, 23-28 beyond (its arrays leave the L2 cache); the radix
+# sort 11-20 ns per entry.
+PRESENCE_SLOTS_PER_ENTRY = 8
 
 
 def band_ptr(indptr: np.ndarray, band_rows: int) -> np.ndarray:
@@ -83,6 +96,61 @@ def sort_by_key(key: np.ndarray, key_bound: int, entry_ptr: np.ndarray) -> tuple
         packed[lo:hi].sort()
     order = packed & ((1 << pos_bits) - 1)
     return np.right_shift(packed, pos_bits, out=packed), order
+
+
+def band_pieces(entry_ptr: np.ndarray, piece_entries: int = SORT_PIECE) -> list[int]:
+    """Cut the bands into pieces of whole bands of about ``piece_entries`` entries (more where one band
+    alone holds more): the band boundaries ``[0, ..., n_bands]``, piece i being bands
+    ``cuts[i]:cuts[i+1]``. A cut falls before the first band that starts at or after each multiple of
+    ``piece_entries``; every band, empty ones included, lies in exactly one piece."""
+    n_bands = entry_ptr.size - 1
+    targets = np.arange(0, entry_ptr[-1], piece_entries)
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(entry_ptr, targets), [n_bands]]))
+    return cuts.tolist()
+
+
+def radix_argsort(key: np.ndarray, key_bits: int) -> np.ndarray:
+    """Stable argsort of non-negative integer keys below ``2**key_bits``, as an LSD radix sort:
+    one stable argsort of a ``RADIX_DIGIT_BITS``-bit digit per pass, least significant digit first."""
+    order = None
+    for shift in range(0, key_bits, RADIX_DIGIT_BITS):
+        digit = (key >> shift).astype(np.uint16)  # the cast keeps the digit's low 16 bits
+        if order is None:
+            order = np.argsort(digit, kind="stable")
+        else:
+            order = order[np.argsort(digit[order], kind="stable")]
+    return np.arange(key.size) if order is None else order
+
+
+def condense(key: np.ndarray, key_bound: int,
+             presence_slots: float = PRESENCE_SLOTS_PER_ENTRY) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted unique values of ``key`` (non-negative integers below ``key_bound``) and each entry's
+    rank among them: ``(unique, rank)`` with ``unique[rank] == key``, as ``np.unique(key,
+    return_inverse=True)`` gives; meant for one cache-sized piece of keys.
+
+    Where the key space has at most ``presence_slots`` slots per key, the keys are marked in a
+    presence array (no sort: ``flatnonzero`` lists the unique keys in order, and a map from key to
+    rank, written at the unique keys only, gives the ranks). Otherwise they are radix-sorted; equal
+    keys then form runs, and the rank of an entry is the number of runs that start at or before it, less one.
+    """
+    n = key.size
+    if key_bound <= presence_slots * n:
+        present = np.zeros(key_bound, dtype=bool)
+        present[key] = True
+        unique = np.flatnonzero(present)
+        # Only the slots of present keys are written and read back, so empty() is enough; ranks are
+        # below n, so int32 where n fits it (half the bytes of the map, which must stay in cache).
+        rank_of = np.empty(key_bound, dtype=np.int32 if n <= INT32_MAX else np.int64)
+        rank_of[unique] = np.arange(unique.size)
+        return unique.astype(key.dtype), rank_of[key]
+    order = radix_argsort(key, max(key_bound - 1, 0).bit_length())
+    sorted_key = key[order]
+    run_start = np.empty(n, dtype=bool)
+    run_start[:1] = True
+    np.not_equal(sorted_key[1:], sorted_key[:-1], out=run_start[1:])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.cumsum(run_start) - 1  # back from sorted order to the order of `key`
+    return sorted_key[run_start], rank
 
 
 def runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
