@@ -37,7 +37,12 @@ Configurations (`PipelineConfig`, the rungs of the ablation ladder in nbspmm.ker
   specialized    a producer warpgroup (one elected lane issues TMA; setmaxnreg gives its registers to
                  the consumers) and consumer warpgroups that keep one wgmma group in flight;
   persistent     one CTA per SM looping over the items: the producer runs ahead into the next item
-                 while the consumers finish the last one (fill / drain / epilogue overlap).
+                 while the consumers finish the last one (fill / drain / epilogue overlap);
+  schedule       "cooperative" (both consumer warpgroups on every item, each on half its columns) or
+                 "pingpong" (they take alternate items and take turns, pipeline.make_turns);
+  combine        how the items of a split unit meet in C: "atomic" or "two_pass" (see PipelineConfig);
+  multiply       False makes a loads-only probe: its time is the data movement alone.
+The host side (device copies, tensor maps, packed launches) is nbspmm.kernels.prepared.
 
 Constraints: the unit height is 64 (the wgmma M); BK ∈ {16, 32, 64, 128}; N is padded internally to a
 multiple of 8 when B's row pitch is not a multiple of 16 bytes (TMA's stride rule), at the cost of one
