@@ -35,7 +35,6 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import formats  # noqa: E402
 from nbspmm.bench import gpu, suites  # noqa: E402
 
 CHECK_COLUMNS = 16                   # columns of C checked against scipy on the large cases

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 
-from numba import cuda, float32, int32
+from numba import cuda, float32
 
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_loader, make_storer
 from nbspmm.kernels.registry import KernelSpec, register

@@ -51,16 +51,13 @@ of anything.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda, int32, int64, uint32, uint64
 
-import formats
-from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE
+from nbspmm.kernels.dtypes import DEVICE_DTYPE
 from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
-from nbspmm.kernels.registry import KernelSpec, register
 from ptx_snippets import (clock64, elect_one, global_timer, fence_proxy_async_shared, global_addr, make_fragment_atomic_add,
                           make_fragment_store, make_smem_descriptor, make_wgmma, make_zero_accumulator,
                           setmaxnreg_dec, setmaxnreg_inc, shared_addr, tensormap_acquire_fence,
