@@ -105,6 +105,15 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
     return init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier
 
 
+@cuda.jit(device=True, forceinline=True)
+def turn_wait_parity(g, c):
+    """The parity taker g waits for on turn[g] before its c-th item, or -1 for no wait (taker 0's first
+    item). See make_turns."""
+    if g == 0:
+        return -1 if c == 0 else (c - 1) & 1
+    return c & 1
+
+
 def make_turns(n_takers: int, arrivals: int):
     """Ordered turns between consumer warpgroups that take alternate work items (the ping-pong schedule).
 
@@ -135,11 +144,9 @@ def make_turns(n_takers: int, arrivals: int):
     @cuda.jit(device=True, forceinline=True)
     def wait_turn(turns, g, c):
         """Taker g, before its c-th item (c = 0, 1, ...)."""
-        if g == 0:
-            if c > 0:
-                mbarrier_wait(barrier_at(turns, 0), uint32((c - 1) & 1))
-        else:
-            mbarrier_wait(barrier_at(turns, g), uint32(c & 1))
+        parity = turn_wait_parity(g, c)
+        if parity >= 0:
+            mbarrier_wait(barrier_at(turns, g), uint32(parity))
 
     @cuda.jit(device=True, forceinline=True)
     def pass_turn(turns, g):
