@@ -4,27 +4,24 @@ A tile (a BCSR block, a WCSR tile) is an ``R × C`` dense array. Tiles belong to
 rows (a block row, a window): group g covers rows ``g*R ... g*R + R - 1``, and its tiles are
 contiguous, in group order. Each of a tile's C columns (slots) maps to one column of A, or to -1 for
 padding. With that description, one routine gives ``to_scipy`` and one gives the float64 reference
-product, for both formats. The build helpers live here too: sort by a packed key and run detection
-(BCSR), and the piecewise condensing of keys (WCSR): ``band_pieces`` cuts the entries into cache-sized
-pieces of whole bands, ``condense`` gives a piece's sorted unique keys and each entry's rank among them,
-by a presence array where the key space is small and by an LSD radix sort (``radix_argsort``) where it
-is not.
+product, for both formats. The build helpers live here too; both builders make two passes over
+cache-sized pieces of whole bands (block rows, windows) that ``piece_bounds`` (``band_pieces``) cuts.
+Pass 1: ``condense_bands`` gives each band's sorted unique column keys (block columns, columns) and
+each entry's rank among them, through ``condense``: by a presence array where the key space is small,
+by an LSD radix sort (``radix_argsort``) where it is not. Pass 2: ``scatter_pieces`` casts each
+piece's values and writes them into the tiles.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._validate import INT32_MAX, SCIPY_VALUE_DTYPE, ceil_div
+from ._validate import INT32_MAX, SCIPY_VALUE_DTYPE, ceil_div, count_overflow
 
 # The reference product works on chunks of tiles, so its temporaries stay near this size.
 REFERENCE_CHUNK_BYTES = 64 << 20
-# Offsets inside one tile are kept as uint16: a tile has at most 256 × 256 slots.
-LOCAL_OFFSET_LIMIT = 1 << 16
-# Entries per independently sorted (BCSR) or condensed (WCSR) piece: 512 KB of int64 keys, in cache.
-SORT_PIECE = 1 << 16
-# Sort keys are packed into int64; bit 63 is the sign bit.
-_PACKED_KEY_BITS = 63
+# Entries per piece of the builders (BCSR and WCSR): 512 KB of int64 keys, in cache.
+PIECE_ENTRIES = 1 << 16
 # Digit of the LSD radix sort: numpy's stable argsort of a 16-bit integer array is a radix sort (two
 # byte passes, linear time); of wider integers it is a timsort, which took 2-3x as long as two radix
 # digits on the power-law keys (NOTES.md, 2026-12-03).
@@ -44,27 +41,6 @@ def band_ptr(indptr: np.ndarray, band_rows: int) -> np.ndarray:
     return indptr[np.minimum(np.arange(n_bands + 1) * band_rows, n_rows)].astype(np.int64)
 
 
-def band_keys(entry_ptr: np.ndarray, col_key: np.ndarray, col_bits: int) -> np.ndarray:
-    """One int64 sort key per entry: ``band << col_bits | col_key`` (CSR entries come band by band,
-    so the band part is one ``repeat``)."""
-    n_bands = entry_ptr.size - 1
-    key = np.repeat(np.arange(n_bands, dtype=np.int64) << col_bits, np.diff(entry_ptr))
-    key |= col_key
-    return key
-
-
-def band_row_offsets(indptr: np.ndarray, band_rows: int, row_stride: int) -> np.ndarray:
-    """``(row % band_rows) * row_stride`` of every entry of a CSR, as uint16 (2 bytes per entry).
-
-    That is the entry's offset inside its tile, row part: bands start at multiples of ``band_rows``,
-    a power of two, so ``row % band_rows`` is a mask. Tiles have at most 2**16 slots (asserted).
-    """
-    assert band_rows * row_stride <= LOCAL_OFFSET_LIMIT, (band_rows, row_stride)
-    n_rows = indptr.size - 1
-    per_row = ((np.arange(n_rows) & (band_rows - 1)) * row_stride).astype(np.uint16)
-    return np.repeat(per_row, np.diff(indptr))
-
-
 def ptr_from_counts(counts: np.ndarray) -> np.ndarray:
     """CSR-style pointer (int64) from per-segment counts: ``ptr[i+1] - ptr[i] == counts[i]``."""
     ptr = np.zeros(counts.size + 1, dtype=np.int64)
@@ -72,33 +48,7 @@ def ptr_from_counts(counts: np.ndarray) -> np.ndarray:
     return ptr
 
 
-def sort_by_key(key: np.ndarray, key_bound: int, entry_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stable sort of non-negative int64 keys below ``key_bound``: ``(sorted_key, order)``.
-
-    The keys come grouped by band (the band in their high bits, ``entry_ptr`` its entry pointer), so
-    sorting pieces of whole bands separately sorts the whole array; pieces of about ``SORT_PIECE``
-    entries fit in cache and sort about twice as fast as one ``np.sort`` of everything. When key and
-    position fit in 63 bits together they are packed into one int64 (the position in the low bits
-    makes the sort stable, and sorting values is faster than ``argsort``). ``key`` is used as scratch
-    space and must not be used afterwards.
-    """
-    n = key.size
-    pos_bits = max(n - 1, 0).bit_length()
-    key_bits = max(key_bound - 1, 0).bit_length()
-    if key_bits + pos_bits > _PACKED_KEY_BITS:
-        order = np.argsort(key, kind="stable")
-        return key[order], order
-    packed = np.left_shift(key, pos_bits, out=key)
-    packed |= np.arange(n, dtype=np.int64)
-    # Cut before the first band that starts at or after each multiple of SORT_PIECE.
-    cuts = np.unique(np.append(entry_ptr[np.searchsorted(entry_ptr, np.arange(0, n, SORT_PIECE))], n))
-    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        packed[lo:hi].sort()
-    order = packed & ((1 << pos_bits) - 1)
-    return np.right_shift(packed, pos_bits, out=packed), order
-
-
-def band_pieces(entry_ptr: np.ndarray, piece_entries: int = SORT_PIECE) -> list[int]:
+def band_pieces(entry_ptr: np.ndarray, piece_entries: int = PIECE_ENTRIES) -> list[int]:
     """Cut the bands into pieces of whole bands of about ``piece_entries`` entries (more where one band
     alone holds more): the band boundaries ``[0, ..., n_bands]``, piece i being bands
     ``cuts[i]:cuts[i+1]``. A cut falls before the first band that starts at or after each multiple of
@@ -107,6 +57,15 @@ def band_pieces(entry_ptr: np.ndarray, piece_entries: int = SORT_PIECE) -> list[
     targets = np.arange(0, entry_ptr[-1], piece_entries)
     cuts = np.unique(np.concatenate([[0], np.searchsorted(entry_ptr, targets), [n_bands]]))
     return cuts.tolist()
+
+
+def piece_bounds(entry_ptr: np.ndarray, piece_entries: int = PIECE_ENTRIES) -> list[tuple[int, int, int, int]]:
+    """The pieces of ``band_pieces`` that hold entries, as ``(band_lo, band_hi, entry_lo, entry_hi)``:
+    bands ``band_lo:band_hi`` and their entries ``entry_lo:entry_hi`` (pieces of empty bands only have
+    nothing to build)."""
+    cuts = band_pieces(entry_ptr, piece_entries)
+    bounds = [(b_lo, b_hi, int(entry_ptr[b_lo]), int(entry_ptr[b_hi])) for b_lo, b_hi in zip(cuts[:-1], cuts[1:])]
+    return [piece for piece in bounds if piece[2] < piece[3]]
 
 
 def radix_argsort(key: np.ndarray, key_bits: int) -> np.ndarray:
@@ -151,6 +110,52 @@ def condense(key: np.ndarray, key_bound: int,
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.cumsum(run_start) - 1  # back from sorted order to the order of `key`
     return sorted_key[run_start], rank
+
+
+def condense_bands(band_ptr: np.ndarray, col_key: np.ndarray, col_bits: int,
+                   presence_slots: float = PRESENCE_SLOTS_PER_ENTRY) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Condense one piece of whole bands (a block row or window each): the sorted unique column keys
+    of every band, and each entry's rank among all of them. ``(cols, rank, per_band)``:
+
+    * ``cols``: int64, the unique column keys of the piece's bands, band after band, increasing
+      within each band;
+    * ``rank``: each entry's index into ``cols`` (counted over the whole piece, not per band);
+    * ``per_band``: int64 ``[n_bands]``, how many of ``cols`` belong to each band (0 for an empty one).
+
+    ``band_ptr`` is the piece's entry pointer over its bands (``band_ptr[0]`` need not be 0) and
+    ``col_key`` its entries' column keys (below ``2**col_bits``), band by band as in a CSR.
+    """
+    counts = np.diff(band_ptr)
+    filled = counts > 0
+    entries = counts[filled]  # entries of each non-empty band of the piece
+    n_filled = entries.size
+    # One key per entry: (rank of its band among the piece's non-empty bands, column key). Ranks, not
+    # band numbers: a piece can span many empty bands, which would widen the key space.
+    band_key = np.arange(n_filled + 1, dtype=np.int64) << col_bits  # first key of each non-empty band
+    key = np.repeat(band_key[:-1], entries)
+    key |= col_key
+    unique, rank = condense(key, n_filled << col_bits, presence_slots)
+    per_band = np.zeros(counts.size, dtype=np.int64)
+    per_band[filled] = np.diff(np.searchsorted(unique, band_key))
+    unique &= (1 << col_bits) - 1  # unique is condense's own array: in place
+    return unique, rank, per_band
+
+
+def scatter_pieces(values: np.ndarray, offset: np.ndarray, pieces: list[tuple[int, int, int, int]],
+                   tile_ptr: np.ndarray, tiles: np.ndarray) -> int:
+    """Pass 2 of both builders: per piece (``piece_bounds``), cast the piece's float64 ``values`` to
+    the dtype of ``tiles`` (the one cast, on cache-sized pieces) and write them at their ``offset``,
+    counted in slots from the piece's first tile (``tile_ptr``: tiles per band, as a pointer), into
+    ``tiles`` (zeroed). Returns how many finite values became ±Inf in the cast (for one warning)."""
+    flat = tiles.reshape(-1)
+    tile_slots = int(np.prod(tiles.shape[1:]))
+    overflowed = 0
+    with np.errstate(over="ignore"):  # counted, and reported once by the caller
+        for b_lo, b_hi, lo, hi in pieces:
+            cast = values[lo:hi].astype(tiles.dtype)
+            overflowed += count_overflow(values[lo:hi], cast)
+            flat[tile_ptr[b_lo] * tile_slots:tile_ptr[b_hi] * tile_slots][offset[lo:hi]] = cast
+    return overflowed
 
 
 def runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -199,34 +199,63 @@ def _check_zero_padding(fmt: BCSR) -> None:
             raise ValueError(f"columns past K = {k} must be zero in the last block column")
 
 
-def _build(csr: sp.csr_array, block_shape: tuple[int, int], dtype: np.dtype):
-    """``(indptr, indices, data)`` of the BCSR form of a canonical float64 CSR."""
+def _build(csr: sp.csr_array, block_shape: tuple[int, int], dtype: np.dtype,
+           piece_entries: int = _blocked.PIECE_ENTRIES,
+           presence_slots: float = _blocked.PRESENCE_SLOTS_PER_ENTRY):
+    """``(indptr, indices, data)`` of the BCSR form of a canonical float64 CSR.
+
+    The two passes of the WCSR builder, over pieces of whole block rows of about ``piece_entries``
+    entries (``_blocked.piece_bounds``), so that a piece's temporaries stay in cache. Pass 1 condenses
+    each piece on block-column keys (``_blocked.condense_bands``): its block rows' sorted block
+    columns, and every entry's block as its rank among the piece's blocks, hence its offset inside
+    them. The block counts then give ``indptr`` and the number of blocks; pass 2
+    (``_blocked.scatter_pieces``) casts each piece's values and scatters them, in CSR order, into the
+    zeroed blocks. Nothing is sorted where the piece's non-empty block rows hold on average at least
+    ``2**col_bits / presence_slots`` entries: ``condense`` marks the keys in a presence array (32
+    entries per block row at 221 block columns, the 10M uniform matrix of the speed benchmark, which
+    has ~44K). Sparser block rows (power-law graphs: ~1000 entries against 2048 at 9766 block
+    columns) take the radix sort. ``piece_entries`` and ``presence_slots`` let the tests move the
+    piece cuts and force either condensing method; neither changes the result.
+    """
     m, k = csr.shape
     bm, bk = block_shape
     n_block_rows, n_block_cols = _validate.ceil_div(m, bm), _validate.ceil_div(k, bk)
     bk_shift = _validate.log2_exact(bk)
     col_bits = max(n_block_cols - 1, 0).bit_length()
+    block_slots = bm * bk
+    indptr, indices = csr.indptr, csr.indices
+    entry_ptr = _blocked.band_ptr(indptr, bm)
+    pieces = _blocked.piece_bounds(entry_ptr, piece_entries)
+    # Row part of an entry's offset inside its block: (row % BM) * BK (block rows start at multiples
+    # of BM, a power of two, so % is a mask).
+    row_offset = (np.arange(m, dtype=INDEX_DTYPE) & (bm - 1)) * bk
+    offset = np.empty(csr.nnz, dtype=np.int64)  # int64, though int32 would often fit: see wcsr._build
+    blocks_per_row = np.zeros(n_block_rows, dtype=np.int64)
+    piece_indices = []
 
-    # One key per entry: (block row, block column), block row in the high bits; and the entry's
-    # offset inside its block, r * BK + c with r = row % BM, c = col % BK (blocks start at multiples
-    # of BM and BK, powers of two, so % is a mask).
-    entry_ptr = _blocked.band_ptr(csr.indptr, bm)
-    key = _blocked.band_keys(entry_ptr, csr.indices >> bk_shift, col_bits)
-    in_block = _blocked.band_row_offsets(csr.indptr, bm, bk)
-    in_block |= (csr.indices & (bk - 1)).astype(np.uint16)
-    sorted_key, order = _blocked.sort_by_key(key, n_block_rows << col_bits, entry_ptr)
-    starts, lengths = _blocked.runs(sorted_key)  # one run of entries per block
-    block_key = sorted_key[starts]
-    nnzb = block_key.size
+    # -- pass 1: condense each piece; every entry's offset inside its piece's blocks ------------------
+    for b_lo, b_hi, lo, hi in pieces:
+        piece_cols = indices[lo:hi]
+        block_cols, rank, per_row = _blocked.condense_bands(entry_ptr[b_lo:b_hi + 1], piece_cols >> bk_shift,
+                                                            col_bits, presence_slots)
+        piece_indices.append(block_cols.astype(INDEX_DTYPE))
+        blocks_per_row[b_lo:b_hi] = per_row
+        # Offset = block * BM*BK + (row % BM) * BK + col % BK, with the block counted from the piece's
+        # first (its rank), computed in place in the piece's part of `offset` (rank may be int32: the
+        # product is taken in int64).
+        piece_offset = np.multiply(rank, block_slots, out=offset[lo:hi], dtype=np.int64)
+        r_lo, r_hi = b_lo * bm, min(b_hi * bm, m)
+        piece_offset += np.repeat(row_offset[r_lo:r_hi], np.diff(indptr[r_lo:r_hi + 1]))
+        piece_offset += piece_cols & (bk - 1)
+
+    block_indices = np.concatenate(piece_indices) if piece_indices else np.zeros(0, dtype=INDEX_DTYPE)
+    block_ptr = _blocked.ptr_from_counts(blocks_per_row)
+    nnzb = int(block_ptr[-1])
     _validate.check_fits_int32("number of blocks", nnzb)
 
-    indices = (block_key & ((1 << col_bits) - 1)).astype(INDEX_DTYPE)  # sorted within block rows
-    # Block row i's blocks are the runs whose key has i in its high bits.
-    indptr = np.searchsorted(block_key, np.arange(n_block_rows + 1, dtype=np.int64) << col_bits)
-
-    flat = np.repeat(np.arange(nnzb, dtype=np.int64) * (bm * bk), lengths)  # each entry's block
-    flat += in_block[order]
-    values = _validate.cast_values(csr.data, dtype)  # the one cast: float64 -> dtype
+    # -- pass 2: cast each piece's values and scatter them into its blocks -----------------------------
+    # np.zeros, as in wcsr._build: the kernel zeroes the fresh pages at first touch, during the scatter.
     data = np.zeros((nnzb, bm, bk), dtype=dtype)
-    data.reshape(-1)[flat] = values[order]
-    return indptr.astype(INDEX_DTYPE), indices, data
+    overflowed = _blocked.scatter_pieces(csr.data, offset, pieces, block_ptr, data)
+    _validate.warn_overflow(overflowed, dtype, stacklevel=4)  # 4: the caller of from_scipy
+    return block_ptr.astype(INDEX_DTYPE), block_indices, data

@@ -235,30 +235,26 @@ class WCSR:
 
 
 def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype,
-           piece_entries: int = _blocked.SORT_PIECE,
+           piece_entries: int = _blocked.PIECE_ENTRIES,
            presence_slots: float = _blocked.PRESENCE_SLOTS_PER_ENTRY):
     """``(window_ptr, col_ptr, cols, tiles)`` of the WCSR form of a canonical float64 CSR.
 
     Two loops over pieces of whole windows of about ``piece_entries`` entries, so that a piece's
     temporaries stay in cache (a loop per piece, not per window: ~150 pieces at 10M nonzeros).
-    Pass 1 condenses each piece (``_blocked.condense``): its windows' sorted unique columns, and for
-    every entry its offset inside the piece's tiles. The column counts then give the pointers and the
-    number of tiles; pass 2 casts each piece's values and scatters them, in CSR order, into the zeroed
-    tiles. ``piece_entries`` and ``presence_slots`` let the tests move the piece cuts and force either
-    condensing method; neither changes the result.
+    Pass 1 condenses each piece (``_blocked.condense_bands``): its windows' sorted unique columns, and
+    for every entry its offset inside the piece's tiles. The column counts then give the pointers and
+    the number of tiles; pass 2 (``_blocked.scatter_pieces``) casts each piece's values and scatters
+    them, in CSR order, into the zeroed tiles. ``piece_entries`` and ``presence_slots`` let the tests
+    move the piece cuts and force either condensing method; neither changes the result.
     """
     m, k = csr.shape
     h, kt = window_rows, tile_cols
     n_windows = _validate.ceil_div(m, h)
     kt_shift = _validate.log2_exact(kt)
     col_bits = max(k - 1, 0).bit_length()
-    col_mask = (1 << col_bits) - 1
-    tile_slots = h * kt
     indptr, indices = csr.indptr, csr.indices
     entry_ptr = _blocked.band_ptr(indptr, h)
-    cuts = _blocked.band_pieces(entry_ptr, piece_entries)
-    pieces = [(w_lo, w_hi, int(entry_ptr[w_lo]), int(entry_ptr[w_hi])) for w_lo, w_hi in zip(cuts[:-1], cuts[1:])]
-    pieces = [piece for piece in pieces if piece[2] < piece[3]]  # pieces of empty windows only: nothing to do
+    pieces = _blocked.piece_bounds(entry_ptr, piece_entries)
     # Row part of an entry's offset inside its tile: (row % H) * KT (windows start at multiples of H,
     # a power of two, so % is a mask).
     row_offset = (np.arange(m, dtype=INDEX_DTYPE) & (h - 1)) * kt
@@ -270,20 +266,11 @@ def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype,
 
     # -- pass 1: condense each piece; every entry's offset inside its piece's tiles -------------------
     for w_lo, w_hi, lo, hi in pieces:
-        counts = np.diff(entry_ptr[w_lo:w_hi + 1])
-        filled = counts > 0
-        entries = counts[filled]  # entries of each non-empty window of the piece
-        n_filled = entries.size
-        # One key per entry: (rank of its window among the piece's non-empty windows, column). Ranks,
-        # not window numbers: a piece can span many empty windows, which would widen the key space.
-        key_bound = n_filled << col_bits
-        window_key = np.arange(n_filled + 1, dtype=np.int64) << col_bits  # first key of each window
-        key = np.repeat(window_key[:-1], entries)
-        key |= indices[lo:hi]
-        unique, rank = _blocked.condense(key, key_bound, presence_slots)
-        piece_cols.append((unique & col_mask).astype(INDEX_DTYPE, copy=False))
-        n_cols = np.diff(np.searchsorted(unique, window_key))  # condensed columns per non-empty window
-        cols_per_window[w_lo:w_hi][filled] = n_cols
+        window_entries = np.diff(entry_ptr[w_lo:w_hi + 1])
+        unique_cols, rank, n_cols = _blocked.condense_bands(entry_ptr[w_lo:w_hi + 1], indices[lo:hi], col_bits,
+                                                            presence_slots)
+        piece_cols.append(unique_cols.astype(INDEX_DTYPE))
+        cols_per_window[w_lo:w_hi] = n_cols  # condensed columns per window of the piece
         n_tiles = (n_cols + kt - 1) >> kt_shift  # ceil(columns / KT)
         # The condensed column of rank j in its window lives in the window's tile j // KT, slot j % KT.
         # With `padded` = KT * (the window's first tile in the piece) + j, that is tile padded // KT,
@@ -291,7 +278,7 @@ def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype,
         # plus KT * its first tile, spread to the window's entries.
         first_tile = np.cumsum(n_tiles) - n_tiles
         first_rank = np.cumsum(n_cols) - n_cols
-        padded = rank + np.repeat((first_tile << kt_shift) - first_rank, entries)
+        padded = rank + np.repeat((first_tile << kt_shift) - first_rank, window_entries)
         # Offset = tile * H*KT + row_offset + slot = padded + (padded // KT) * (H-1)*KT + row_offset,
         # computed in place in the piece's part of `offset`.
         piece_offset = np.right_shift(padded, kt_shift, out=offset[lo:hi])
@@ -313,12 +300,6 @@ def _build(csr: sp.csr_array, window_rows: int, tile_cols: int, dtype: np.dtype,
     # an explicit zeroing measured 1.5x slower (the kernel zeroes the pages all the same), and padding
     # is 95-98% of the slots there, so zeroing only the padding would save nothing.
     tiles = np.zeros((n_tiles, h, kt), dtype=dtype)
-    tile_values = tiles.reshape(-1)
-    overflowed = 0
-    with np.errstate(over="ignore"):  # counted below, and reported once
-        for w_lo, w_hi, lo, hi in pieces:
-            values = csr.data[lo:hi].astype(dtype)  # the one cast: float64 -> dtype
-            overflowed += _validate.count_overflow(csr.data[lo:hi], values)
-            tile_values[window_ptr[w_lo] * tile_slots:window_ptr[w_hi] * tile_slots][offset[lo:hi]] = values
+    overflowed = _blocked.scatter_pieces(csr.data, offset, pieces, window_ptr, tiles)
     _validate.warn_overflow(overflowed, dtype, stacklevel=4)  # 4: the caller of from_scipy
     return window_ptr.astype(INDEX_DTYPE), col_ptr.astype(INDEX_DTYPE), cols, tiles

@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import formats
-from formats import _blocked
 from tests.formats_cases import BCSR_ADAPTER, WCSR_ADAPTER, random_csr
 
 LAYOUT = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -205,19 +204,3 @@ def test_a_valid_hand_built_format_round_trips():
     again = formats.WCSR((2, 3), 8, 8, w.window_ptr.copy(), w.col_ptr.copy(), w.cols.copy(), w.tiles.copy())
     again.check_format(full=True)
     np.testing.assert_array_equal(again.to_scipy().toarray(), A.toarray())
-
-
-@pytest.mark.parametrize("key_bound", [1 << 20, 1 << 62], ids=["packed np.sort", "argsort fallback"])
-def test_sort_by_key_is_a_stable_sort(key_bound):
-    """Both paths of the build's sort (packed key + position, or argsort when they do not fit 63
-    bits) equal a stable argsort, including pieces cut at band boundaries."""
-    rng = np.random.default_rng(0)
-    band_sizes = rng.integers(0, 3 * _blocked.SORT_PIECE // 4, 12)
-    entry_ptr = np.concatenate([[0], np.cumsum(band_sizes)])
-    band = np.repeat(np.arange(band_sizes.size), band_sizes)
-    col_bits = (key_bound // 16).bit_length() - 1
-    key = (band.astype(np.int64) << col_bits) | rng.integers(0, 50, band.size)  # many ties
-    want = np.argsort(key, kind="stable")
-    sorted_key, order = _blocked.sort_by_key(key.copy(), key_bound, entry_ptr)
-    np.testing.assert_array_equal(order, want)
-    np.testing.assert_array_equal(sorted_key, key[want])
