@@ -219,7 +219,9 @@ class PreparedPipeline:
         return self._pad_buffers[key]
 
     def _partials_buffer(self, N: int):
-        """fp32 partial tiles of the split items, slot s in rows [64 s, 64 s + 64)."""
+        """fp32 partial tiles of the split items, slot s in rows [64 s, 64 s + 64). One buffer per N,
+        shared by every product of that width: they are all enqueued on one stream, so they run one
+        after another (products on several streams at once would need a buffer each)."""
         if N not in self._partials:
             self._partials[N] = cuda.device_array((max(self.n_partial_slots, 1) * BLOCK_M, N), dtype=np.float32)
         return self._partials[N]
