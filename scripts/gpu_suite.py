@@ -74,7 +74,7 @@ def environment(out: Path) -> list[tuple[str, str, str]]:
     return [("environment", "info", " | ".join(l.replace("\n", "; ") for l in lines)[:200])]
 
 
-def gpu_tests(out: Path, pattern: str | None, jobs: int = 1) -> list[tuple[str, str, str]]:
+def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400) -> list[tuple[str, str, str]]:
     """One pytest process per test module: a kernel fault leaves a CUDA context unusable (a "sticky"
     error), so a fault in one module must not fail every module after it. `jobs` modules run at once
     (each process has its own CUDA context; most of a module's time is compiling kernels on the CPU)."""
@@ -95,7 +95,7 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1) -> list[tuple[str, 
                f"--junitxml={xml_path}", str(module.relative_to(REPO))]
         if pattern:
             cmd += ["-k", pattern]
-        return run_logged(cmd, xml_dir / f"{module.stem}.log", env=env, timeout=400)
+        return run_logged(cmd, xml_dir / f"{module.stem}.log", env=env, timeout=timeout)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(run_module, modules))
@@ -124,21 +124,34 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1) -> list[tuple[str, 
     return rows
 
 
-def sanitize(out: Path) -> list[tuple[str, str, str]]:
+SANITIZE_CASES = ("bcsr-v3", "bcsr-v4", "bcsr-pingpong", "wcsr", "wcsr-pingpong+two_pass")
+
+
+def sanitize(out: Path, jobs: int = 1) -> list[tuple[str, str, str]]:
+    """compute-sanitizer's memcheck, racecheck and synccheck on each small case of
+    scripts/sanitize_case.py, `jobs` processes at once (each its own CUDA context)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    runs = [(variant, check) for variant in SANITIZE_CASES for check in SANITIZER_TOOLS]
+    scratch = Path(tempfile.mkdtemp(prefix="sanitize_"))
+
+    def run_one(run):
+        variant, check = run
+        log = scratch / f"sanitize_{variant}_{check}.log"
+        rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
+                               "scripts/sanitize_case.py", variant], log, timeout=300)
+        return rc, secs, log.read_text(errors="replace")
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(run_one, runs))
     rows = []
-    for variant in ("bcsr-v3", "bcsr-v4", "bcsr-pingpong", "wcsr", "wcsr-pingpong+two_pass"):
-        for check in SANITIZER_TOOLS:
-            log = Path(tempfile.mkdtemp()) / f"sanitize_{variant}_{check}.log"
-            rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
-                                   "scripts/sanitize_case.py", variant], log, timeout=300)
-            text = log.read_text(errors="replace")
-            with open(out / "sanitize.log", "a") as f:
-                f.write(f"\n{'=' * 30} {check} {variant} (rc={rc}) {'=' * 30}\n{text}")
-            summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
-            verdict = "PASS" if rc == 0 and "case ok" in text else f"FAIL rc={rc}"
-            rows.append((f"sanitizer {check} {variant}", verdict,
-                         f"errors={summary[-1] if summary else '?'}, {secs:.0f} s"))
+    for (variant, check), (rc, secs, text) in zip(runs, results):
+        with open(out / "sanitize.log", "a") as f:
+            f.write(f"\n{'=' * 30} {check} {variant} (rc={rc}) {'=' * 30}\n{text}")
+        summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
+        verdict = "PASS" if rc == 0 and "case ok" in text else f"FAIL rc={rc}"
+        rows.append((f"sanitizer {check} {variant}", verdict, f"errors={summary[-1] if summary else '?'}, {secs:.0f} s"))
     return rows
 
 
@@ -230,8 +243,9 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for logs and results")
     parser.add_argument("--tests", nargs="?", const="", default=None,
                         help="run the GPU tests (optionally only those matching this -k pattern)")
-    parser.add_argument("--jobs", type=int, default=1, help="test modules run at once (default 1)")
-    parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer on a small BCSR v3/v4 case")
+    parser.add_argument("--test-timeout", type=int, default=400, help="seconds per test module (default 400)")
+    parser.add_argument("--jobs", type=int, default=1, help="test modules (and sanitizer runs) run at once (default 1)")
+    parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer memcheck / racecheck / synccheck on the small cases of SANITIZE_CASES")
     parser.add_argument("--record", nargs="?", const="", default=None, metavar="WHAT",
                         help="record what the notebooks show into recorded/ (all, or timelines | wcsr_balance)")
     parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",
@@ -247,9 +261,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = environment(args.out)
     if args.tests is not None:
-        rows += gpu_tests(args.out, args.tests or None, args.jobs)
+        rows += gpu_tests(args.out, args.tests or None, args.jobs, args.test_timeout)
     if args.sanitize:
-        rows += sanitize(args.out)
+        rows += sanitize(args.out, args.jobs)
     if args.record is not None:
         rows += record(args.out, args.record or None)
     for spec in args.bench:

@@ -9,8 +9,10 @@
          whose time is the data movement alone — the L2 → shared-memory ceiling of that tile shape;
   llm    the Qwen2.5-7B layers at 90% block sparsity, 16K and 64K tokens: v4 / wide / pingpong,
          fp32 and fp16 output;
-  wcsr   the shipped real matrices, N = 128: variant × tile width × split (none / auto) × combine;
-  host   Python time per product: op(B, out=C) with torch and numba buffers, and a bound product.
+  wcsr   the shipped real matrices, N = 128: tile width × split (none / auto), then two-pass combine
+         and ping-pong at 16 columns (WCSR_CONFIGS);
+  host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
+         a CUDA graph and the same kernels launched one by one.
 
 Every configuration's result is checked against scipy in float64 (on a subset of columns for the large
 cases) before it is timed. GPU times: CUDA events around back-to-back bound products after a sleep
@@ -166,19 +168,21 @@ def part_llm(timer) -> list[dict]:
     return rows
 
 
+WCSR_CONFIGS = ([{"kernel": "ws", "tile_cols": t, "max_tiles": m} for t in (16, 32, 64) for m in (None, "auto")]
+                + [{"kernel": "ws", "tile_cols": 16, "max_tiles": "auto", "combine": "two_pass"},
+                   {"kernel": "pingpong", "tile_cols": 16, "max_tiles": "auto"}])
+
+
 def part_wcsr(timer) -> list[dict]:
+    """Tile width × split for the default schedule, then the two-pass combine and ping-pong at the
+    16-column default, and BCSR v4 on the same matrix."""
     timer = gpu.EventTimer(QUICK)
     rows = []
     for path in suites.shipped_matrices():
         loaded = suites.load_matrix(path)
         case = Case(path.stem, sp.csr_matrix(loaded.matrix), 128)
-        for variant in ("ws", "pingpong"):
-            for tile_cols in (16, 32, 64):
-                for max_tiles in (None, "auto"):
-                    combines = ("atomic", "two_pass") if max_tiles == "auto" else ("atomic",)
-                    for combine in combines:
-                        rows.append(time_operator(case, timer, format="wcsr", kernel=variant, tile_cols=tile_cols,
-                                                  max_tiles=max_tiles, combine=combine))
+        for config in WCSR_CONFIGS:
+            rows.append(time_operator(case, timer, format="wcsr", **config))
         rows.append(time_operator(case, timer, format="bcsr", kernel="v4"))
     print_rows("WCSR design sweep, real matrices, N = 128", rows)
     return rows
@@ -202,7 +206,8 @@ def part_host(timer) -> list[dict]:
         bound = op.bind(Bt, Ct)
         kernels = bound.n_kernels
         paths = {"op(B, out=C) torch": lambda: op(Bt, out=Ct), "op(B, out=C) numba": lambda: op(Bn, out=Cn),
-                 "op.bind(B, C)()": bound, "op(B) numba, new C": lambda: op(Bn)}
+                 "op.bind(B, C)() graph": bound, "op.bind(B, C).launch_each()": bound.launch_each,
+                 "op(B) numba, new C": lambda: op(Bn)}
         for name, fn in paths.items():
             for _ in range(20):
                 fn()

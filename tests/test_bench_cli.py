@@ -45,7 +45,7 @@ def test_dry_run_lists_the_cases_anywhere(tmp_path, capsys):
     scipy.io.mmwrite(str(tmp_path / "mine.mtx"), matrix)
     sp.save_npz(tmp_path / "other.npz", matrix.tocsr())
     assert cli.main(["bench", "--suite", "real", "--matrix", str(tmp_path / "mine.mtx"),
-                     "--matrix", str(tmp_path / "other.npz"), "--N", "32,64", "--dtype", "fp16,bf16",
+                     "--matrix", str(tmp_path / "other.npz"), "--N", "32,64", "--dtype", "both",
                      "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "mine/N=32/fp16" in out and "other/N=64/bf16" in out

@@ -80,3 +80,33 @@ def test_packed_launch_refuses_what_it_cannot_pack():
     two = SimpleNamespace(overloads={1: None, 2: None})
     with pytest.raises(ValueError, match="exactly one signature"):
         PackedLaunch(two, block=32)
+
+
+def test_bound_product_launches_once_then_replays_a_graph(monkeypatch):
+    """First call: each kernel by cuLaunchKernel (a one-shot product pays no graph instantiation);
+    from the second call on: one graph of the same kernels, in order, built once."""
+    from nbspmm.kernels import prepared
+
+    calls, graphs = [], []
+
+    class FakeGraph:
+        def __init__(self, steps):
+            self.steps = list(steps)
+            graphs.append(self)
+
+        def __call__(self):
+            calls.append(("graph", tuple(grid for _, grid in self.steps)))
+
+    monkeypatch.setattr(prepared, "LaunchGraph", FakeGraph)
+    launch = lambda name: (lambda grid: calls.append((name, grid)))         # noqa: E731
+    bound = prepared.BoundProduct([(launch("zero"), 4), (launch("empty"), 0), (launch("main"), 132)], ())
+    assert bound.n_kernels == 2                                  # a zero-sized grid is no launch
+    bound()
+    assert calls == [("zero", 4), ("main", 132)] and not graphs
+    bound()
+    bound()
+    assert calls[2:] == [("graph", (4, 132))] * 2 and len(graphs) == 1
+    empty = prepared.BoundProduct([], ())
+    empty()
+    empty()
+    assert len(calls) == 4 and len(graphs) == 1                 # an empty product launches nothing

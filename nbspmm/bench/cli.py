@@ -84,9 +84,11 @@ def positive_int_list(text: str) -> list[int]:
 
 def dtype_list(text: str) -> list[str]:
     items = _items(text, "dtypes")
+    if items == ["both"]:
+        items = ["fp16", "bf16"]
     unknown = [t for t in items if t not in suites.DTYPE_ALIASES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown dtype {', '.join(map(repr, unknown))}; choose from fp16, bf16")
+        raise argparse.ArgumentTypeError(f"unknown dtype {', '.join(map(repr, unknown))}; choose from fp16, bf16, both")
     return list(dict.fromkeys(suites.DTYPE_ALIASES[t] for t in items))
 
 
@@ -139,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (the peers that fit each case's structure), all, none, or a comma list")
     parser.add_argument("--N", type=positive_int_list, default=None,
                         help="columns of B, comma list (default 128; block-sparse shapes their own N)")
-    parser.add_argument("--dtype", type=dtype_list, default=["float16"], help="fp16, bf16 or both (default fp16)")
+    parser.add_argument("--dtype", type=dtype_list, default=["float16"], help="fp16, bf16, a comma list or both (default fp16)")
     parser.add_argument("--scale", choices=suites.SCALES, default="paper",
                         help="sizes of the generated suites: small (quick) or paper (default)")
     parser.add_argument("--matrix", type=matrix_path, action="append", default=None, metavar="PATH",

@@ -124,14 +124,18 @@ def helper_grid(elements: int) -> int:
 # ---- the prepared operand ----------------------------------------------------------------------
 
 class BoundProduct:
-    """``C = A @ B`` for one pair of (B, C) buffers, every launch packed: calling it enqueues them — one
-    ``cuLaunchKernel`` for a single kernel, one ``cuGraphLaunch`` for several (pad / zero / main /
-    reduce as one CUDA graph)."""
+    """``C = A @ B`` for one pair of (B, C) buffers, every launch packed. A product called again is
+    replayed as one CUDA graph of all its kernels (pad / zero / main / reduce) with one ``cuGraphLaunch``,
+    a single kernel too: on the H200 one ``cuGraphLaunch`` of two kernels took 3.6 µs of Python time where
+    one ``cuLaunchKernel`` of the main kernel, with its 60-odd parameter fields, took 6.6 µs (NOTES.md,
+    2026-12-03). The first call launches the kernels one by one (``launch_each``), so that a product
+    bound for one call (``op(B)`` into a new C) does not pay for instantiating a graph."""
 
     def __init__(self, steps, keep_alive):
         self._steps = [(launch, grid) for launch, grid in steps if grid > 0]    # [(PackedLaunch, grid)]
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
-        self._graph = LaunchGraph(self._steps) if len(self._steps) > 1 else None
+        self._graph = None
+        self._calls = 0
 
     @property
     def n_kernels(self) -> int:
@@ -140,8 +144,16 @@ class BoundProduct:
     def __call__(self) -> None:
         if self._graph is not None:
             self._graph()
-        elif self._steps:
-            launch, grid = self._steps[0]
+        elif self._calls == 0 or not self._steps:
+            self._calls += 1
+            self.launch_each()
+        else:
+            self._graph = LaunchGraph(self._steps)
+            self._graph()
+
+    def launch_each(self) -> None:
+        """One ``cuLaunchKernel`` per kernel, in order, on the default stream."""
+        for launch, grid in self._steps:
             launch(grid)
 
 
