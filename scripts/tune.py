@@ -2,11 +2,12 @@
 """Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
-    python scripts/tune.py --out DIR [bcsr] [llm] [wcsr] [host]
+    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [host]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
-         each also as a loads-only probe (``multiply=False``: TMA, barriers and epilogue, no wgmma),
-         whose time is the data movement alone — the L2 → shared-memory ceiling of that tile shape;
+         and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
+         (``multiply=False``: TMA, barriers and epilogue, no wgmma), whose time is the data movement alone — the L2 → shared-memory ceiling of that tile shape;
+  skew   a skewed block-sparse pattern (one full block row): v4 split at several max_blocks or not, v3;
   llm    the Qwen2.5-7B layers at 90% block sparsity, 16K and 64K tokens: v4 / wide / pingpong,
          fp32 and fp16 output;
   wcsr   the shipped real matrices, N = 128: tile width × split (none / auto), then two-pass combine
@@ -145,8 +146,54 @@ def part_bcsr(timer) -> list[dict]:
             t = median_us(row)
             row["tflops_useful"] = flops / (t * 1e-6) / 1e12 if multiply else None
             rows.append(row)
+    del case
+    # 64 × 128 blocks (issue 4: "support 64×64 and 64×128 if they pay"), same block sparsity: twice the
+    # k-depth per barrier round trip and per B tile load of 128 rows.
+    A128 = suites.block_sparse(m, k, 0.9, seed=0, block_shape=(64, 128)).tocsr()
+    case = Case(f"bs90-{m}x{k}-64x128", A128, n)
+    for multiply in (True, False):
+        opts = {"format": "bcsr", "kernel": "v4", "block_shape": (64, 128)}
+        if not multiply:
+            opts["multiply"] = False
+        row = time_operator(case, timer, **opts)
+        row["tflops_useful"] = 2.0 * A128.nnz * n / (median_us(row) * 1e-6) / 1e12 if multiply else None
+        rows.append(row)
     print_rows("BCSR 16384² x 8192, 90% (multiply=False: loads-only probe)", rows,
                lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
+    return rows
+
+
+def skewed_block_sparse(seed: int = 3) -> sp.csr_matrix:
+    """4096 × 65536 in 64 × 64 blocks: 2% of the blocks at random, plus block row 0 full (1024 blocks,
+    ~50× the mean row of ~20): one row that serializes a persistent CTA unless it is split."""
+    m, k = 4096, 65536
+    A = suites.block_sparse(m, k, 0.98, seed=seed).tolil()
+    rng = np.random.default_rng(seed)
+    A[:64, :] = rng.standard_normal((64, k))
+    return A.tocsr()
+
+
+def part_skew(timer) -> list[dict]:
+    """Issue 4's scheduling question on a skewed pattern: the persistent v4 with no split (work items
+    ordered largest first) against v4 with the long block row split at several ``max_blocks`` (atomic and
+    two-pass combine), and the non-persistent v3."""
+    import formats
+
+    A = skewed_block_sparse()
+    blocks_per_row = np.diff(formats.BCSR.from_scipy(A, dtype=np.float16).indptr)
+    print(f"skewed: {A.shape}, block rows: longest {blocks_per_row.max()}, mean {blocks_per_row.mean():.1f}", flush=True)
+    rows = []
+    for n in (1024, 8192):
+        case = Case(f"skew-4096x65536/N={n}", A, n)
+        flops = 2.0 * A.nnz * n
+        configs = [{"kernel": "v3"}, {"kernel": "v4"}] + [{"kernel": "v4", "max_blocks": mb} for mb in (16, 64, 256)] \
+            + [{"kernel": "v4", "max_blocks": 64, "combine": "two_pass"}]
+        for config in configs:
+            row = time_operator(case, timer, format="bcsr", **config)
+            row["tflops_useful"] = flops / (median_us(row) * 1e-6) / 1e12
+            rows.append(row)
+        del case
+    print_rows("BCSR on a skewed pattern: split or not", rows, lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s")
     return rows
 
 
@@ -227,7 +274,7 @@ def part_host(timer) -> list[dict]:
     return rows
 
 
-PARTS = {"bcsr": part_bcsr, "llm": part_llm, "wcsr": part_wcsr, "host": part_host}
+PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "host": part_host}
 
 
 def main() -> int:
