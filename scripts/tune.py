@@ -186,7 +186,7 @@ def part_skew(timer) -> list[dict]:
     for n in (1024, 8192):
         case = Case(f"skew-4096x65536/N={n}", A, n)
         flops = 2.0 * A.nnz * n
-        configs = [{"kernel": "v3"}, {"kernel": "v4"}] + [{"kernel": "v4", "max_blocks": mb} for mb in (16, 64, 256)] \
+        configs = [{"kernel": "v3"}, {"kernel": "v4"}] + [{"kernel": "v4", "max_blocks": mb} for mb in (16, 64, 256, "auto")] \
             + [{"kernel": "v4", "max_blocks": 64, "combine": "two_pass"}]
         for config in configs:
             row = time_operator(case, timer, format="bcsr", **config)

@@ -122,3 +122,29 @@ def test_wcsr_sass_has_the_hopper_instructions(name):
     for prefix in get(name).expected_sass:
         assert any(m.startswith(prefix) for m in found), f"{name}: no {prefix} in SASS"
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0
+
+
+def test_one_wave_split_cuts_only_rows_longer_than_the_share(monkeypatch):
+    """The "auto" split (BCSR max_blocks, WCSR max_tiles): 4 SMs, 3 block rows of 1, 1 and 30 blocks ->
+    share ceil(32 / 4) = 8 blocks; only the long row is cut, and nothing when no row exceeds the share,
+    or when the partial sums could not be added (16-bit output with atomic combine)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    import formats
+    from nbspmm.kernels import prepared
+
+    monkeypatch.setattr(prepared, "sm_count", lambda: 4)
+    pattern = np.zeros((3 * 64, 30 * 64))
+    pattern[:64, :64] = pattern[64:128, 64:128] = 1
+    pattern[128:, :] = 1
+    A = formats.BCSR.from_scipy(sp.csr_matrix(pattern), dtype=np.float16)
+    assert prepared.one_wave_max_tiles(A, "f32") == 8
+    plan = formats.split_plan(A, max_tiles=8)
+    assert sorted(int(e - b) for b, e in zip(plan.begin, plan.end)) == [1, 1, 7, 7, 8, 8]
+    assert prepared.one_wave_max_tiles(A, "f16") is None                       # atomic adds need fp32 C
+    assert prepared.one_wave_max_tiles(A, "f16", combine="two_pass") == 8
+    even = formats.BCSR.from_scipy(sp.csr_matrix(np.ones((4 * 64, 4 * 64))), dtype=np.float16)
+    assert prepared.one_wave_max_tiles(even, "f32") is None                    # share 4, no row longer
+    empty = formats.BCSR.from_scipy(sp.csr_matrix((64, 64)), dtype=np.float16)
+    assert prepared.one_wave_max_tiles(empty, "f32") is None

@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 import formats
-from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand
+from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
 from nbspmm.kernels.tc_pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
 
@@ -75,13 +75,16 @@ def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, **overr
     return fit_stages(one_stage, stages)
 
 
-def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT, max_blocks: int | None = None,
-            **overrides) -> PreparedPipeline:
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT,
+            max_blocks: int | str | None = None, **overrides) -> PreparedPipeline:
     """The API's entry point: variant `variant` prepared for `fmt` (config fields — schedule, combine,
-    wg_n, stages, ... — may be overridden)."""
+    wg_n, stages, ... — may be overridden). ``max_blocks``: None (default, never split), an int, or
+    "auto" (split only block rows longer than one wave's share: ``prepared.one_wave_max_tiles``)."""
     if not isinstance(fmt, formats.BCSR):
         raise TypeError(f"the BCSR kernels take a formats.BCSR; got {type(fmt).__name__}")
     cfg = config(variant, in_kind, out_kind, fmt.block_shape[1], **overrides)
+    if max_blocks == "auto":
+        max_blocks = one_wave_max_tiles(fmt, out_kind, cfg.combine)
     return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 

@@ -123,6 +123,28 @@ def helper_grid(elements: int) -> int:
 
 # ---- the prepared operand ----------------------------------------------------------------------
 
+# Splitting long units (windows / block rows): aim for one wave of equal items (a persistent CTA per SM),
+# but never cut items below MIN_SPLIT_TILES tiles — each split item costs a partial-tile write (atomic or
+# to the buffer) that a few k-blocks do not pay for.
+SPLIT_ITEMS_PER_SM = 1
+MIN_SPLIT_TILES = 4
+
+
+def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic") -> int | None:
+    """The ``max_tiles`` of the "auto" split (``formats.split_plan``): cut only the units longer than the
+    balanced share of one wave of items, none below MIN_SPLIT_TILES tiles. None (no split) when no unit
+    is that long, or when split items could not be combined (16-bit output with atomic adds)."""
+    import formats
+
+    if out_kind != "f32" and combine == "atomic":
+        return None
+    unit_ptr = np.asarray(fmt.window_ptr if isinstance(fmt, formats.WCSR) else fmt.indptr)
+    if unit_ptr[-1] == 0:
+        return None
+    share = max(MIN_SPLIT_TILES, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
+    return share if int(np.max(np.diff(unit_ptr))) > share else None
+
+
 class BoundProduct:
     """``C = A @ B`` for one pair of (B, C) buffers, every launch packed. A product called again is
     replayed as one CUDA graph of all its kernels (pad / zero / main / reduce) with one ``cuGraphLaunch``,

@@ -28,10 +28,9 @@ from dataclasses import replace
 import numpy as np
 
 import formats
-from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand
+from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import (BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature,
-                                        sm_count)
+from nbspmm.kernels.tc_pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
 
 VARIANTS = {
     "ws": PipelineConfig("wcsr-ws", loader="tma", stages=8, specialized=True, persistent=True, block_k=16,
@@ -44,11 +43,7 @@ VARIANTS = {
                          gather_b=True),
 }
 TILE_COLS = (16, 32, 64)
-# Splitting: aim for one wave of equal items (a persistent CTA per SM), but never cut items below
-# MIN_SPLIT_TILES tiles — each split item costs a partial-tile write (atomic or to the buffer) that a
-# few k-blocks do not pay for.
-SPLIT_ITEMS_PER_SM = 1
-MIN_SPLIT_TILES = 4
+
 
 
 def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
@@ -64,13 +59,8 @@ def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
 
 
 def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic") -> int | None:
-    """Split only what would otherwise serialize: cut windows longer than the balanced share (one wave
-    of items, none below MIN_SPLIT_TILES tiles)."""
-    if (out_kind != "f32" and combine == "atomic") or fmt.n_tiles == 0:
-        return None
-    share = max(MIN_SPLIT_TILES, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
-    longest = int(np.max(np.diff(np.asarray(fmt.window_ptr))))
-    return share if longest > share else None
+    """Split only what would otherwise serialize (``prepared.one_wave_max_tiles``)."""
+    return one_wave_max_tiles(fmt, out_kind, combine)
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles: int | str | None = "auto",

@@ -373,7 +373,7 @@ def bar_data(record: dict) -> dict:
 def split_bound(fmt, record: dict | None = None, case: str | None = None, sms: int = H200_SMS) -> tuple[int | None, str]:
     """(max_tiles, where it comes from) for drawing the split plan of ``fmt``: what the kernel's "auto"
     resolved to on the GPU when ``record`` has the case, else the balanced share of the work over
-    ``sms`` items (``formats.balanced_max_tiles``; the kernel's own rule is ``wcsr.default_max_tiles``)."""
+    ``sms`` items (``formats.balanced_max_tiles``; the kernel's own rule is ``prepared.one_wave_max_tiles``)."""
     import formats
 
     if record is not None and case is not None:
