@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import cuda, float32, from_dtype, types
 
+import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
 from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
                                         TIMELINE_EVENT_CAP, TIMELINE_EVENTS, PipelineConfig, compiled_kernel,
@@ -134,8 +135,6 @@ def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic") -> int | Non
     """The ``max_tiles`` of the "auto" split (``formats.split_plan``): cut only the units longer than the
     balanced share of one wave of items, none below MIN_SPLIT_TILES tiles. None (no split) when no unit
     is that long, or when split items could not be combined (16-bit output with atomic adds)."""
-    import formats
-
     if out_kind != "f32" and combine == "atomic":
         return None
     unit_ptr = np.asarray(fmt.window_ptr if isinstance(fmt, formats.WCSR) else fmt.indptr)

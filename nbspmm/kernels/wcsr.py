@@ -45,7 +45,6 @@ VARIANTS = {
 TILE_COLS = (16, 32, 64)
 
 
-
 def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
     """The pipeline's view of a WCSR: its tiles stacked as rows, KT condensed columns per tile."""
     if fmt.window_rows != BLOCK_M or fmt.tile_cols not in TILE_COLS:
