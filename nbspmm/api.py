@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 import formats
 from nbspmm.device import require_hopper
@@ -40,18 +41,29 @@ KERNELS = {
 }
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
-# experimental=True, so that nobody runs them by accident. (ping-pong: a CTA with several items longer
-# than the ring faulted or hung on the H200, 2026-12-03; fixed by ordered turns, see
-# nbspmm.kernels.pipeline.make_turns, but not yet re-run there.)
-UNVERIFIED = {
-    ("bcsr", "pingpong"): "the ping-pong schedule's fix (ordered turns) has not yet run on the H200",
-    ("wcsr", "pingpong"): "the ping-pong schedule's fix (ordered turns) has not yet run on the H200",
-}
+# experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules, listed
+# here until their ordered-turns fix ran there, passed the GPU suite (many long items per persistent CTA
+# included) and compute-sanitizer on 2026-12-03 (commit 52e71f8).
+UNVERIFIED: dict[tuple[str, str], str] = {}
 
-# format="auto": block-sparse storage does dense work inside every stored block, so it pays only when
-# blocks are mostly full. Below this fill ratio the irregular (WCSR) path is chosen. Provisional: to be
-# replaced by the measured crossover (issue 5).
-AUTO_BCSR_MIN_FILL = 0.25
+# format="auto": the BCSR kernel multiplies whole 64 × 64 blocks, zeros included, but loads its B rows
+# as one contiguous TMA box per block; the WCSR kernel multiplies condensed 64 × 16 tiles (fewer padding
+# zeros) but gathers each B row with its own copy. BCSR is chosen while its blocks hold at most
+# AUTO_BCSR_MAX_BYTES_RATIO times the bytes of the WCSR tiles. Measured on the H200 (2026-12-03, N = 128,
+# the shipped matrices, NOTES.md): BCSR was faster up to a ratio of 2.9 (jagmesh7 7.2 vs 8.8 µs, bayer10
+# 14.7 vs 16.9; 9 matrices), WCSR from 4.1 on (rajat01 20.5 vs 26.6 µs; citeseer, cora, pubmed at 16-40).
+AUTO_BCSR_MAX_BYTES_RATIO = 3.5
+
+
+def bcsr_to_wcsr_bytes(A: sp.csr_matrix, wcsr: formats.WCSR, block_shape=(64, 64)) -> float:
+    """Stored bytes of A as BCSR with ``block_shape`` blocks over those of ``wcsr`` (its tiles), counting
+    the BCSR blocks without building them (a BCSR of a scattered matrix can be 40× larger)."""
+    bm, bk = block_shape
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    n_block_cols = -(-A.shape[1] // bk)
+    n_blocks = np.unique(rows // bm * n_block_cols + A.indices // bk).size
+    tile_slots = wcsr.n_tiles * wcsr.window_rows * wcsr.tile_cols
+    return n_blocks * bm * bk / tile_slots if tile_slots else 1.0
 
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
@@ -68,10 +80,12 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
     if fmt == "wcsr":
         return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
     if fmt == "auto":
-        bcsr = formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
-        if bcsr.stats().fill_ratio >= AUTO_BCSR_MIN_FILL:
-            return "bcsr", bcsr
-        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+        A = sp.csr_matrix(A)
+        A.sum_duplicates()
+        wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+        if bcsr_to_wcsr_bytes(A, wcsr, block_shape) <= AUTO_BCSR_MAX_BYTES_RATIO:
+            return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
+        return "wcsr", wcsr
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 
 

@@ -57,3 +57,26 @@ def test_demo_runs_without_gpu():
 def test_cli_unknown_command_is_an_error():
     proc = subprocess.run([sys.executable, "-m", "nbspmm", "frobnicate"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
+
+
+def test_format_auto_picks_by_stored_bytes():
+    """format="auto": BCSR while its blocks hold at most AUTO_BCSR_MAX_BYTES_RATIO × the WCSR tiles'
+    bytes. The block count is computed without building the BCSR, and matches the built one."""
+    import scipy.sparse as sp
+
+    import formats
+    from nbspmm import api
+
+    rng = np.random.default_rng(0)
+    blocky = sp.block_diag([rng.standard_normal((64, 64)) for _ in range(5)], format="csr")     # ratio 1
+    scattered = sp.random_array((640, 6400), density=0.002, rng=rng, format="csr")             # ~1 nnz per block
+    for A, expected in ((blocky, "bcsr"), (scattered, "wcsr")):
+        A = sp.csr_matrix(A)
+        wcsr = formats.WCSR.from_scipy(A, dtype=np.float16)
+        bcsr = formats.BCSR.from_scipy(A, dtype=np.float16)
+        ratio = api.bcsr_to_wcsr_bytes(A, wcsr)
+        assert ratio == pytest.approx(bcsr.data.size / wcsr.tiles.size)
+        name, built = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+        assert name == expected and (ratio <= api.AUTO_BCSR_MAX_BYTES_RATIO) == (expected == "bcsr")
+        assert type(built).__name__ == expected.upper()
+    assert api._build_format(sp.csr_matrix((100, 70)), "auto", np.float16, (64, 64), 64, 16)[0] == "bcsr"

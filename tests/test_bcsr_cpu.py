@@ -1,4 +1,6 @@
 """The BCSR kernels at the level the CPU allows: configurations, and their SASS for sm_90a."""
+from types import SimpleNamespace
+
 import pytest
 
 from nbspmm.kernels import bcsr, tc_pipeline
@@ -127,7 +129,8 @@ def test_wcsr_sass_has_the_hopper_instructions(name):
 def test_one_wave_split_cuts_only_rows_longer_than_the_share(monkeypatch):
     """The "auto" split (BCSR max_blocks, WCSR max_tiles): 4 SMs, 3 block rows of 1, 1 and 30 blocks ->
     share ceil(32 / 4) = 8 blocks; only the long row is cut, and nothing when no row exceeds the share,
-    or when the partial sums could not be added (16-bit output with atomic combine)."""
+    when the excess is below min_excess, or when the partial sums could not be added (16-bit output with
+    atomic combine). min_tiles raises the share."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -144,7 +147,19 @@ def test_one_wave_split_cuts_only_rows_longer_than_the_share(monkeypatch):
     assert sorted(int(e - b) for b, e in zip(plan.begin, plan.end)) == [1, 1, 7, 7, 8, 8]
     assert prepared.one_wave_max_tiles(A, "f16") is None                       # atomic adds need fp32 C
     assert prepared.one_wave_max_tiles(A, "f16", combine="two_pass") == 8
+    assert prepared.one_wave_max_tiles(A, "f32", min_tiles=12) == 12
+    assert prepared.one_wave_max_tiles(A, "f32", min_tiles=30) is None         # no row longer than 30
+    assert prepared.one_wave_max_tiles(A, "f32", min_excess=22) == 8           # 30 - 8 = 22 over
+    assert prepared.one_wave_max_tiles(A, "f32", min_excess=23) is None
     even = formats.BCSR.from_scipy(sp.csr_matrix(np.ones((4 * 64, 4 * 64))), dtype=np.float16)
     assert prepared.one_wave_max_tiles(even, "f32") is None                    # share 4, no row longer
     empty = formats.BCSR.from_scipy(sp.csr_matrix((64, 64)), dtype=np.float16)
     assert prepared.one_wave_max_tiles(empty, "f32") is None
+    # the format's rules: BCSR cuts only rows beyond MIN_SPLIT_BLOCKS, and only in persistent variants
+    monkeypatch.setattr(bcsr, "one_wave_max_tiles",
+                        lambda fmt, out, combine, min_tiles: ("split", min_tiles))
+    monkeypatch.setattr(bcsr, "PreparedPipeline", lambda operand, cfg: (operand.plan.max_tiles, cfg.name))
+    monkeypatch.setattr(bcsr, "operand", lambda fmt, max_blocks: SimpleNamespace(plan=SimpleNamespace(max_tiles=max_blocks)))
+    assert bcsr.prepare(A, "f16", "f32")[0] == ("split", bcsr.MIN_SPLIT_BLOCKS)
+    assert bcsr.prepare(A, "f16", "f32", variant="v3")[0] is None
+    assert bcsr.prepare(A, "f16", "f32", max_blocks=None)[0] is None

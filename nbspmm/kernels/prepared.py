@@ -124,24 +124,28 @@ def helper_grid(elements: int) -> int:
 
 # ---- the prepared operand ----------------------------------------------------------------------
 
-# Splitting long units (windows / block rows): aim for one wave of equal items (a persistent CTA per SM),
-# but never cut items below MIN_SPLIT_TILES tiles — each split item costs a partial-tile write (atomic or
-# to the buffer) that a few k-blocks do not pay for.
+# Splitting long units (windows / block rows) into work items whose partial tiles are added: aim for one
+# wave of equal items (a persistent CTA per SM). Each split costs fixed work — zeroing the unit's rows
+# of C (or a reduction pass) and writing partial tiles — so each format gives a floor on the piece size
+# and on the k-blocks a split must take off the critical path (min_tiles / min_excess of
+# one_wave_max_tiles; the values and the measurements behind them are in bcsr.py and wcsr.py).
 SPLIT_ITEMS_PER_SM = 1
-MIN_SPLIT_TILES = 4
 
 
-def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic") -> int | None:
-    """The ``max_tiles`` of the "auto" split (``formats.split_plan``): cut only the units longer than the
-    balanced share of one wave of items, none below MIN_SPLIT_TILES tiles. None (no split) when no unit
-    is that long, or when split items could not be combined (16-bit output with atomic adds)."""
+def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic", *, min_tiles: int = 1,
+                       min_excess: int = 0) -> int | None:
+    """The ``max_tiles`` of the "auto" split (``formats.split_plan``): cut units longer than the share
+    of one wave of items, share = max(min_tiles, ceil(total tiles / SMs)), but only when the longest
+    unit exceeds it by at least ``min_excess`` tiles. None (no split) otherwise, or when split items
+    could not be combined (16-bit output with atomic adds)."""
     if out_kind != "f32" and combine == "atomic":
         return None
     unit_ptr = np.asarray(fmt.window_ptr if isinstance(fmt, formats.WCSR) else fmt.indptr)
     if unit_ptr[-1] == 0:
         return None
-    share = max(MIN_SPLIT_TILES, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
-    return share if int(np.max(np.diff(unit_ptr))) > share else None
+    share = max(min_tiles, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
+    longest = int(np.max(np.diff(unit_ptr)))
+    return share if longest > share and longest - share >= min_excess else None
 
 
 class BoundProduct:

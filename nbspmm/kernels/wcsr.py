@@ -43,6 +43,14 @@ VARIANTS = {
                          gather_b=True),
 }
 TILE_COLS = (16, 32, 64)
+# The "auto" split (prepared.one_wave_max_tiles). Pieces of at least MIN_SPLIT_TILES tiles; and a window
+# is cut only when it exceeds the one-wave share by MIN_SPLIT_EXCESS_TILES tiles or more. Measured on the
+# H200 (2026-12-03, N = 128, 16-column tiles, the 13 shipped matrices; NOTES.md): where the longest window
+# exceeded the share by 4–8 tiles, splitting cost up to 3 µs (cryg2500 10.7 → 13.7 µs, jagmesh7
+# 8.8 → 11.3; only pubmed gained, 47.2 → 43.9); from 16 tiles on it paid, 1.5 µs (cora) to 71 µs
+# (rajat01, 178 tiles over): the zeroing kernel and the partial tiles cost ~2–3 µs, a tile step 0.1–0.4 µs.
+MIN_SPLIT_TILES = 4
+MIN_SPLIT_EXCESS_TILES = 12
 
 
 def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
@@ -58,8 +66,8 @@ def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
 
 
 def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic") -> int | None:
-    """Split only what would otherwise serialize (``prepared.one_wave_max_tiles``)."""
-    return one_wave_max_tiles(fmt, out_kind, combine)
+    """Split only the windows that would otherwise serialize, by enough to pay for the split."""
+    return one_wave_max_tiles(fmt, out_kind, combine, min_tiles=MIN_SPLIT_TILES, min_excess=MIN_SPLIT_EXCESS_TILES)
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles: int | str | None = "auto",

@@ -105,8 +105,7 @@ def test_errors_name_the_problem():
         op(np.zeros((200, 8), np.float16), out=cuda.device_array((130, 9), np.float32))
     with pytest.raises(ValueError, match="no kernel"):
         SpMMOperator(_A(rng), kernel="v9")
-    with pytest.raises(ValueError, match="experimental"):
-        SpMMOperator(_A(rng), kernel="pingpong")
+    assert SpMMOperator(_A(rng), format="bcsr", kernel="pingpong").kernel   # verified: no longer experimental
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz")))
@@ -118,3 +117,5 @@ def test_real_matrices_both_formats(name):
     B = rng.standard_normal((A.shape[1], 64)).astype(np.float16)
     for fmt in (formats.BCSR.from_scipy(A, dtype=np.float16), formats.WCSR.from_scipy(A, dtype=np.float16)):
         check_product(SpMMOperator(fmt), fmt, B, np.float32, f"{name} {type(fmt).__name__}")
+    auto = SpMMOperator(A)                       # format="auto": the measured BCSR / WCSR crossover
+    check_product(auto, auto.sparse, B, np.float32, f"{name} auto ({auto.format_name})")
