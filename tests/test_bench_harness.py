@@ -232,3 +232,15 @@ def test_a_case_whose_inputs_cannot_be_made_gives_error_rows():
     _, rows = runner.run(small_specs()[:1])
     assert [r["status"] for r in rows] == [cand.ERROR, cand.ERROR]
     assert "case setup failed: MemoryError: fake out of memory" in rows[0]["reason"]
+
+
+def test_declared_commit_wins_over_a_stale_git(monkeypatch):
+    """A copied working tree can carry a stale .git: NBSPMM_COMMIT, when set, is what gets recorded."""
+    from nbspmm.bench import environment
+
+    monkeypatch.setattr(environment, "_git", lambda *args: "c4e63f9133d5" if args[0] == "rev-parse" else " M x")
+    monkeypatch.setenv("NBSPMM_COMMIT", "52e71f8")
+    monkeypatch.delenv("NBSPMM_DIRTY", raising=False)
+    assert environment.commit() == {"hash": "52e71f8", "dirty": False, "source": "NBSPMM_COMMIT"}
+    monkeypatch.delenv("NBSPMM_COMMIT")
+    assert environment.commit() == {"hash": "c4e63f9133d5", "dirty": True, "source": "git"}

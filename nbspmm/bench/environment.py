@@ -3,8 +3,8 @@
 ``capture()`` never raises and never needs a GPU: whatever it cannot find is recorded as the reason
 ("not installed", "no GPU: ...") so a result file always says what was and was not there.
 
-The commit is read with ``git rev-parse`` / ``git status --porcelain`` (read-only) from the
-repository holding this package; where the tree has no ``.git`` (a copied working tree), set
+The commit is ``NBSPMM_COMMIT`` when set, else read with ``git rev-parse`` / ``git status --porcelain``
+(read-only) from the repository holding this package; for a copied working tree, set
 ``NBSPMM_COMMIT`` (e.g. ``NBSPMM_COMMIT=$(git rev-parse HEAD)``, plus ``NBSPMM_DIRTY=1`` when it has
 uncommitted changes) and it is used instead.
 """
@@ -59,14 +59,16 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """{"hash", "dirty", "source"}: from git, else from NBSPMM_COMMIT, else unknown."""
+    """{"hash", "dirty", "source"}: from NBSPMM_COMMIT when set (a declaration wins: a copied working
+    tree can carry a stale .git — on the lent H200 on 2026-12-03 git reported an older HEAD), else from
+    git, else unknown."""
+    if os.environ.get("NBSPMM_COMMIT"):
+        return {"hash": os.environ["NBSPMM_COMMIT"], "dirty": os.environ.get("NBSPMM_DIRTY") == "1",
+                "source": "NBSPMM_COMMIT"}
     head = _git("rev-parse", "HEAD")
     if head:
         status = _git("status", "--porcelain", "--untracked-files=no")
         return {"hash": head, "dirty": bool(status) if status is not None else None, "source": "git"}
-    if os.environ.get("NBSPMM_COMMIT"):
-        return {"hash": os.environ["NBSPMM_COMMIT"], "dirty": os.environ.get("NBSPMM_DIRTY") == "1",
-                "source": "NBSPMM_COMMIT"}
     return {"hash": "unknown", "dirty": None, "source": "no .git and no NBSPMM_COMMIT"}
 
 
