@@ -125,6 +125,28 @@ def test_persistent_ctas_with_many_long_items(variant, combine):
 
 
 @pytest.mark.parametrize("variant", ["v4", *TILES])
+@pytest.mark.parametrize("out_dtype", [np.float32, np.float16])
+def test_default_split_of_a_far_too_long_block_row(variant, out_dtype):
+    """max_blocks="auto" (the default): a block row of 200 blocks beside one of 2 is cut into pieces of
+    <= bcsr.MIN_SPLIT_BLOCKS (fp32 output, atomic adds); with a 16-bit output nothing is split."""
+    from nbspmm.kernels import bcsr
+
+    rng = np.random.default_rng(33)
+    dense = np.zeros((128, 200 * 64))
+    dense[:64, :] = rng.standard_normal((64, 200 * 64))
+    dense[64:, :128] = rng.standard_normal((64, 128))
+    A = formats.BCSR.from_scipy(sp.csr_array(dense), dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 256)).astype(np.float16)
+    op = operator(A, variant, out_dtype=out_dtype)
+    plan = op.plan
+    if out_dtype == np.float32:
+        assert np.asarray(plan.shared).any() and max(np.asarray(plan.end) - np.asarray(plan.begin)) <= bcsr.MIN_SPLIT_BLOCKS
+    else:
+        assert not np.asarray(plan.shared).any()
+    check_product(op, A, B, out_dtype, f"{variant} default split, out {np.dtype(out_dtype).name}")
+
+
+@pytest.mark.parametrize("variant", ["v4", *TILES])
 @pytest.mark.parametrize("N", [8, 9, 64, 136, 1000, 8192])
 def test_n_range(variant, N):
     rng = np.random.default_rng(N)
