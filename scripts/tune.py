@@ -6,8 +6,10 @@
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
-         (``multiply=False``: TMA, barriers and epilogue, no wgmma), whose time is the data movement alone — the L2 → shared-memory ceiling of that tile shape;
-  skew   a skewed block-sparse pattern (one full block row): v4 split at several max_blocks or not, v3;
+         (``multiply=False``: TMA, barriers and epilogue, no wgmma), whose time is the data movement
+         alone — the L2 → shared-memory ceiling of that tile shape;
+  skew   a skewed block-sparse pattern (one full block row): v4 never split, split at several max_blocks
+         and by the default "auto" rule; v3;
   llm    the Qwen2.5-7B layers at 90% block sparsity, 16K and 64K tokens: v4 / wide / pingpong,
          fp32 and fp16 output;
   wcsr   the shipped real matrices, N = 128: tile width × split (none / auto), then two-pass combine
@@ -186,8 +188,9 @@ def part_skew(timer) -> list[dict]:
     for n in (1024, 8192):
         case = Case(f"skew-4096x65536/N={n}", A, n)
         flops = 2.0 * A.nnz * n
-        configs = [{"kernel": "v3"}, {"kernel": "v4"}] + [{"kernel": "v4", "max_blocks": mb} for mb in (16, 64, 256, "auto")] \
-            + [{"kernel": "v4", "max_blocks": 64, "combine": "two_pass"}]
+        configs = ([{"kernel": "v3"}, {"kernel": "v4", "max_blocks": None}]
+                   + [{"kernel": "v4", "max_blocks": mb} for mb in (16, 64, 256, "auto")]
+                   + [{"kernel": "v4", "max_blocks": 64, "combine": "two_pass"}])
         for config in configs:
             row = time_operator(case, timer, format="bcsr", **config)
             row["tflops_useful"] = flops / (median_us(row) * 1e-6) / 1e12
