@@ -80,8 +80,7 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
     if fmt == "wcsr":
         return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
     if fmt == "auto":
-        A = sp.csr_matrix(A)
-        A.sum_duplicates()
+        A = sp.csr_matrix(A)          # duplicates and unsorted indices are fine: the ratio counts unique blocks
         wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
         if bcsr_to_wcsr_bytes(A, wcsr, block_shape) <= AUTO_BCSR_MAX_BYTES_RATIO:
             return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)

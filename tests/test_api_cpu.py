@@ -80,3 +80,19 @@ def test_format_auto_picks_by_stored_bytes():
         assert name == expected and (ratio <= api.AUTO_BCSR_MAX_BYTES_RATIO) == (expected == "bcsr")
         assert type(built).__name__ == expected.upper()
     assert api._build_format(sp.csr_matrix((100, 70)), "auto", np.float16, (64, 64), 64, 16)[0] == "bcsr"
+
+
+def test_format_auto_leaves_the_callers_matrix_alone():
+    """Duplicates and unsorted indices: the choice is the same, and the caller's arrays are not touched."""
+    import scipy.sparse as sp
+
+    from nbspmm import api
+
+    A = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([5, 1, 5]), np.array([0, 3, 3])), shape=(2, 8))
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
+    canonical = A.copy()
+    canonical.sum_duplicates()
+    name, built = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+    assert name == api._build_format(canonical, "auto", np.float16, (64, 64), 64, 16)[0]
+    assert built.to_scipy().toarray()[0, 5] == 4.0          # the duplicates summed in the built format
+    assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
