@@ -179,6 +179,11 @@ def balanced_max_tiles(fmt, target_items: int) -> int:
     return max(1, _validate.ceil_div(int(unit_ptr[-1]), target_items))
 
 
+def unit_ptr(fmt) -> np.ndarray:
+    """The pointer over the units of a WCSR (tiles per window) or a BCSR (blocks per block row)."""
+    return _units("unit_ptr", fmt)[1]
+
+
 def _units(caller: str, fmt) -> tuple[str, np.ndarray]:
     """The unit name and the pointer over units (tiles per window / blocks per block row)."""
     if isinstance(fmt, WCSR):

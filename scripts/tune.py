@@ -131,35 +131,29 @@ def print_rows(title: str, rows: list[dict], extra=lambda r: "") -> None:
 BCSR_TILES = ("v4", "wide", "pingpong")
 
 
+def with_loads_only_probe(case: Case, timer, **options) -> list[dict]:
+    """The configuration timed as it is, then as its loads-only probe (``multiply=False``)."""
+    rows = []
+    for multiply in (True, False):
+        row = time_operator(case, timer, **options, **({} if multiply else {"multiply": False}))
+        row["tflops_useful"] = 2.0 * case.A.nnz * case.N / (median_us(row) * 1e-6) / 1e12 if multiply else None
+        rows.append(row)
+    return rows
+
+
 def part_bcsr(timer) -> list[dict]:
     """The large block-sparse case: each tile shape and its loads-only probe."""
     m = k = 16384
     n = 8192
-    A = suites.block_sparse(m, k, 0.9, seed=0).tocsr()
-    case = Case(f"bs90-{m}x{k}", A, n)
-    flops = 2.0 * A.nnz * n
+    case = Case(f"bs90-{m}x{k}", suites.block_sparse(m, k, 0.9, seed=0).tocsr(), n)
     rows = []
     for variant in BCSR_TILES:
-        for multiply in (True, False):
-            opts = {"format": "bcsr", "kernel": variant}
-            if not multiply:
-                opts["multiply"] = False
-            row = time_operator(case, timer, **opts)
-            t = median_us(row)
-            row["tflops_useful"] = flops / (t * 1e-6) / 1e12 if multiply else None
-            rows.append(row)
+        rows += with_loads_only_probe(case, timer, format="bcsr", kernel=variant)
     del case
     # 64 × 128 blocks (issue 4: "support 64×64 and 64×128 if they pay"), same block sparsity: twice the
     # k-depth per barrier round trip and per B tile load of 128 rows.
-    A128 = suites.block_sparse(m, k, 0.9, seed=0, block_shape=(64, 128)).tocsr()
-    case = Case(f"bs90-{m}x{k}-64x128", A128, n)
-    for multiply in (True, False):
-        opts = {"format": "bcsr", "kernel": "v4", "block_shape": (64, 128)}
-        if not multiply:
-            opts["multiply"] = False
-        row = time_operator(case, timer, **opts)
-        row["tflops_useful"] = 2.0 * A128.nnz * n / (median_us(row) * 1e-6) / 1e12 if multiply else None
-        rows.append(row)
+    case = Case(f"bs90-{m}x{k}-64x128", suites.block_sparse(m, k, 0.9, seed=0, block_shape=(64, 128)).tocsr(), n)
+    rows += with_loads_only_probe(case, timer, format="bcsr", kernel="v4", block_shape=(64, 128))
     print_rows("BCSR 16384² x 8192, 90% (multiply=False: loads-only probe)", rows,
                lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
     return rows

@@ -110,6 +110,7 @@ def test_balanced_max_tiles(adapter):
     assert formats.split_plan(fmt, max_tiles=max_tiles).stats().max_work <= max_tiles
     with pytest.raises(ValueError, match="target_items must be positive, got 0"):
         formats.balanced_max_tiles(fmt, 0)
+    assert np.array_equal(formats.unit_ptr(fmt), adapter.work_ptr(fmt))
 
 
 def test_plan_errors():

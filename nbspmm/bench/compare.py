@@ -161,13 +161,14 @@ def missing_suites(p: Pool) -> list[str]:
 
 
 # ---------------------------------------------------------------- speedup distributions
-def _medians(p: Pool, suite: str, candidate: str) -> dict[str, float]:
+def medians(p: Pool, suite: str, candidate: str) -> dict[str, float]:
+    """Case -> median µs of ``candidate``'s correct rows in ``suite``."""
     return {r["case"]: r["median_us"] for r in p.ok_rows(suite, candidate) if r.get("median_us")}
 
 
 def speedups(p: Pool, suite: str, kernel: str, peer: str) -> list[tuple[float, str]]:
     """(peer median / kernel median, case) for every case of ``suite`` where both are correct, ascending."""
-    mine, theirs = _medians(p, suite, kernel), _medians(p, suite, peer)
+    mine, theirs = medians(p, suite, kernel), medians(p, suite, peer)
     return sorted((theirs[c] / mine[c], c) for c in mine if c in theirs)
 
 

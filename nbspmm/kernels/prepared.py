@@ -140,7 +140,7 @@ def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic", *, min_tiles
     could not be combined (16-bit output with atomic adds)."""
     if out_kind != "f32" and combine == "atomic":
         return None
-    unit_ptr = np.asarray(fmt.window_ptr if isinstance(fmt, formats.WCSR) else fmt.indptr)
+    unit_ptr = np.asarray(formats.unit_ptr(fmt))
     if unit_ptr[-1] == 0:
         return None
     share = max(min_tiles, formats.balanced_max_tiles(fmt, SPLIT_ITEMS_PER_SM * sm_count()))
@@ -151,16 +151,16 @@ def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic", *, min_tiles
 class BoundProduct:
     """``C = A @ B`` for one pair of (B, C) buffers, every launch packed. A product called again is
     replayed as one CUDA graph of all its kernels (pad / zero / main / reduce) with one ``cuGraphLaunch``,
-    a single kernel too: on the H200 one ``cuGraphLaunch`` of two kernels took 3.6 µs of Python time where
-    one ``cuLaunchKernel`` of the main kernel, with its 60-odd parameter fields, took 6.6 µs (NOTES.md,
-    2026-12-03). The first call launches the kernels one by one (``launch_each``), so that a product
-    bound for one call (``op(B)`` into a new C) does not pay for instantiating a graph."""
+    a single kernel too: on the H200 (2026-12-03, commit 52e71f8) a graph replay took 1.9 µs of Python
+    time where the same kernels by ``cuLaunchKernel``, each with its 60-odd parameter fields, took 4.8 µs
+    (one kernel) and 8.5 µs (two). The first call launches the kernels one by one (``launch_each``), so
+    that a product bound for one call (``op(B)`` into a new C) does not pay for instantiating a graph."""
 
     def __init__(self, steps, keep_alive):
         self._steps = [(launch, grid) for launch, grid in steps if grid > 0]    # [(PackedLaunch, grid)]
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
         self._graph = None
-        self._calls = 0
+        self._launched = False           # the first call launches directly; later ones replay the graph
 
     @property
     def n_kernels(self) -> int:
@@ -169,8 +169,8 @@ class BoundProduct:
     def __call__(self) -> None:
         if self._graph is not None:
             self._graph()
-        elif self._calls == 0 or not self._steps:
-            self._calls += 1
+        elif not self._launched or not self._steps:
+            self._launched = True
             self.launch_each()
         else:
             self._graph = LaunchGraph(self._steps)

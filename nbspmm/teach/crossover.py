@@ -29,7 +29,7 @@ def stored_bytes_ratio(matrix_name: str) -> float | None:
 def format_crossover(pool: compare.Pool, suite: str = "real") -> list[dict]:
     """Per case of ``suite`` (shipped matrices only) with both kernels correct: their medians, the
     stored-byte ratio, the format ``format="auto"`` picks and whether that was the faster one."""
-    wcsr, bcsr = compare._medians(pool, suite, WCSR), compare._medians(pool, suite, BCSR)
+    wcsr, bcsr = compare.medians(pool, suite, WCSR), compare.medians(pool, suite, BCSR)
     ratios: dict[str, float | None] = {}
     rows = []
     for case in sorted(set(wcsr) & set(bcsr)):
