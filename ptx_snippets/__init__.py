@@ -10,23 +10,29 @@ operand layout. Device side (call inside ``cuda.jit`` kernels):
   tma         tma_load_{1..5}d, tma_load_{1..5}d_hint, tma_store_{1..5}d, bulk_copy_g2s, bulk_copy_s2g,
               bulk_commit_group, bulk_wait_group, bulk_wait_group_read, tensormap_prefetch,
               tensormap_acquire_fence, l2_policy_evict_first, l2_policy_evict_last
+  cp_async    cp_async_16, cp_async_mbarrier_arrive_noinc, cp_async_commit_group, cp_async_wait_group,
+              cp_async_wait_all (Ampere-style per-thread 16-byte copies: gathers with zero-filled padding)
   wgmma       wgmma_fence, wgmma_commit_group, wgmma_wait_group, make_wgmma, make_zero_accumulator
   descriptor  make_smem_descriptor (device), smem_descriptor (host), operand layouts, TMA swizzle on the host
   warp        fence_proxy_async_shared, elect_one, setmaxnreg_inc/dec, named_barrier_sync/arrive,
               global_timer, clock64, lane_id, sm_id, warp_id, warpgroup_id, thread_in_warpgroup
-  fragment    fragment_coords, accumulator_layout, make_fragment_store / _atomic_add / _load
+  fragment    fragment_coords, accumulator_layout, make_fragment_store / _atomic_add / _load / _store_shared,
+              shared_tile_offset, store_box_columns
 
 Host side: ``tensormap`` (encode_tiled, set_dynamic_shared_memory) and ``inspect`` (PTX / SASS without a
 GPU). This package imports neither ``formats`` nor ``nbspmm``.
 """
 from ._asm import PTXUsageError
 from .address import global_addr, shared_addr, shared_addr_at
+from .cp_async import (cp_async_16, cp_async_commit_group, cp_async_mbarrier_arrive_noinc, cp_async_wait_all,
+                       cp_async_wait_group)
 from .descriptor import (SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B, SWIZZLE_CODES, SWIZZLE_NONE, OperandLayout,
                          decode_smem_descriptor, descriptor_strides, make_smem_descriptor, operand_layout,
                          smem_descriptor, swizzle_bytes, swizzle_tile, unswizzle_bytes, unswizzle_tile)
 from .fragment import (a_fragment_layout, accumulator_layout, fragment_coords, fragment_coords_device,
                        fragments_from_tile, make_fragment_atomic_add, make_fragment_load, make_fragment_store,
-                       pack_a_fragments, tile_from_fragments)
+                       make_fragment_store_shared, pack_a_fragments, shared_tile_offset, store_box_columns,
+                       tile_from_fragments)
 from .mbarrier import (mbarrier_arrive, mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_expect_tx,
                        mbarrier_init, mbarrier_init_fence, mbarrier_inval, mbarrier_test_wait, mbarrier_try_wait,
                        mbarrier_wait, mbarrier_wait_timeout)

@@ -12,7 +12,8 @@ For thread t of the warpgroup (0..127), warp w = t // 32, lane l = t % 32, and f
 
 (verified on the H200 for m64nNk16 f32, DESIGN.md §5). :func:`fragment_coords` is that formula; the host
 layout (:func:`accumulator_layout`), the device epilogues (:func:`make_fragment_store`,
-:func:`make_fragment_atomic_add`, :func:`make_fragment_load`) and the notebooks all call it.
+:func:`make_fragment_atomic_add`, :func:`make_fragment_load`, :func:`make_fragment_store_shared`) and the
+notebooks all call it.
 
 The A fragment of ``wgmma ... m64nNk16`` with A in registers (four 32-bit registers = eight 16-bit
 values per thread) follows the same map: value e of thread t holds A[row(t, e), col(t, e)] — the
@@ -234,6 +235,80 @@ def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str):
     return intrinsic(make_typer(name, ["acc", "out", "row0", "col0"], impl))
 
 
+# ---- the tile in shared memory, laid out for a TMA store ------------------------------------------------
+# An epilogue through shared memory writes the accumulator tile into shared memory as the boxes of a
+# 128-byte-swizzled tensor map (box = 64 rows × 128 bytes), and one thread then stores each box with
+# ``cp.async.bulk.tensor`` (ptx_snippets.tma.tma_store_2d): whole 128-byte rows per row of the box, so
+# every 32-byte sector of C is written whole, whatever the element size.
+STORE_BOX_ROW_BYTES = 128                       # a box row: the 128-byte swizzle span
+STORE_BOX_BYTES = WGMMA_M * STORE_BOX_ROW_BYTES  # 8 KB per box (64 rows)
+SWIZZLE_UNIT_BYTES = 16                         # the swizzle permutes 16-byte units of a row ...
+SWIZZLE_PERIOD_ROWS = 8                         # ... by XOR with the row's index in its 8-row (1024-B) atom
+
+
+def store_box_columns(kind: str) -> int:
+    """Columns of C per store box: 128 bytes of elements (32 fp32, 64 fp16 / bf16)."""
+    return STORE_BOX_ROW_BYTES // _ITEMSIZE[kind]
+
+
+def shared_tile_offset(row, col, kind: str):
+    """Byte offset of element (row, col) of the 64 × n tile in the shared layout of
+    :func:`make_fragment_store_shared`: box ``col // box_columns`` (8 KB each, in order), row ``row`` of
+    it (128 B), and the 16-byte unit of the element XORed with ``row % 8`` — the 128-byte swizzle, which
+    TMA undoes on the store (it is a function of the shared address: boxes must start 1024-B aligned).
+    Plain integer arithmetic: ints or NumPy arrays."""
+    byte = col * _ITEMSIZE[kind]
+    box, within = byte // STORE_BOX_ROW_BYTES, byte % STORE_BOX_ROW_BYTES
+    unit = (within // SWIZZLE_UNIT_BYTES) ^ (row % SWIZZLE_PERIOD_ROWS)
+    return box * STORE_BOX_BYTES + row * STORE_BOX_ROW_BYTES + unit * SWIZZLE_UNIT_BYTES + within % SWIZZLE_UNIT_BYTES
+
+
+def _shared_store_intrinsic(name: str, n: int, kind: str):
+    """The intrinsic ``name(acc, base, row, col)``: register pairs of the tile whose register 0 sits at
+    (row, col) stored at base + shared_tile_offset. Lanes of a warp cover 8 rows × 4 pairs; the XOR puts
+    the 8 rows in 8 different 16-byte units, so a warp's 8-byte (fp32) or 4-byte (16-bit) stores hit
+    every bank at most the minimum number of times (no bank conflicts)."""
+    nacc = accumulator_size(n)
+    pairs = _offsets(n)[::2]
+    wrapper = f"make_fragment_store_shared({n}, {kind!r})"
+    itemsize = _ITEMSIZE[kind]
+
+    def impl(typingctx, acc, base, row, col):
+        check_unituple(wrapper, "acc", acc, types.float32, nacc)
+        check_integer(wrapper, "base", base)
+        check_integer(wrapper, "row0", row)
+        check_integer(wrapper, "col0", col)
+
+        def codegen(context, builder, sig, args):
+            acc_v, base_v, r, c = args
+            r32 = builder.trunc(r, I32)
+            c32 = builder.trunc(c, I32)
+            for reg, dr, dc in pairs:
+                rr = builder.add(r32, I32(dr))
+                byte = builder.mul(builder.add(c32, I32(dc)), I32(itemsize))
+                box = builder.lshr(byte, I32(7))                       # / STORE_BOX_ROW_BYTES
+                within = builder.and_(byte, I32(STORE_BOX_ROW_BYTES - 1))
+                unit = builder.xor(builder.lshr(within, I32(4)), builder.and_(rr, I32(SWIZZLE_PERIOD_ROWS - 1)))
+                offset = builder.add(builder.add(builder.mul(box, I32(STORE_BOX_BYTES)),
+                                                 builder.mul(rr, I32(STORE_BOX_ROW_BYTES))),
+                                     builder.add(builder.mul(unit, I32(SWIZZLE_UNIT_BYTES)),
+                                                 builder.and_(within, I32(SWIZZLE_UNIT_BYTES - 1))))
+                address = builder.add(base_v, offset)   # base: uint32 in the signature
+                v0 = builder.extract_value(acc_v, reg)
+                v1 = builder.extract_value(acc_v, reg + 1)
+                if kind == "f32":                          # a column pair is 8 aligned bytes
+                    asm(builder, "st.shared.v2.f32 [$0], {$1, $2};", "r,f,f,~{memory}", [address, v0, v1])
+                else:                                      # two 16-bit values packed low | high << 16
+                    lo = builder.zext(_convert(builder, v0, kind), I32)
+                    hi = builder.shl(builder.zext(_convert(builder, v1, kind), I32), I32(16))
+                    asm(builder, "st.shared.b32 [$0], $1;", "r,r,~{memory}", [address, builder.or_(lo, hi)])
+            return context.get_dummy_value()
+
+        return types.void(acc, types.uint32, types.int64, types.int64), codegen
+
+    return intrinsic(make_typer(name, ["acc", "base", "row0", "col0"], impl))
+
+
 def _load_intrinsic(name: str, n: int, kind: str):
     nacc = accumulator_size(n)
     offsets = _offsets(n)
@@ -346,3 +421,32 @@ def _make_fragment_load(n: int, kind: str):
         return tile(src, row0 + r, col0 + c)
 
     return fragment_load
+
+
+def make_fragment_store_shared(n: int, out_kind: str = "f32"):
+    """``store(acc, base, thread)``: write the 64 × n f32 accumulator tile, converted to `out_kind`, into
+    shared memory at `base` (uint32 shared address, 1024-byte aligned) in the layout a TMA store of
+    64-row × 128-byte boxes with 128-byte swizzle reads (:func:`shared_tile_offset`): n · itemsize / 128
+    boxes of 8 KB. n · itemsize must be a multiple of 128 bytes. `thread`: index in the warpgroup.
+    The caller then fences (``fence_proxy_async_shared``: these are generic-proxy writes, TMA reads
+    through the async proxy), synchronizes the warpgroup, and one thread issues the box stores.
+    Cached per (n, out_kind)."""
+    _check_n("make_fragment_store_shared", n)
+    if out_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_store_shared: out_kind must be one of {OUT_KINDS}, got {out_kind!r}")
+    if (n * _ITEMSIZE[out_kind]) % STORE_BOX_ROW_BYTES:
+        raise PTXUsageError(f"make_fragment_store_shared: a row of n = {n} {out_kind} elements is not a whole number "
+                            f"of {STORE_BOX_ROW_BYTES}-byte box rows")
+    return _make_fragment_store_shared(int(n), out_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_store_shared(n: int, kind: str):
+    tile = _shared_store_intrinsic(f"store_shared_tile_n{n}_{kind}", n, kind)
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_store_shared(acc, base, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(acc, base, r, c)
+
+    return fragment_store_shared

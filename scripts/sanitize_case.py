@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-VARIANT[+COMBINE]`,
-e.g. bcsr-v3, bcsr-v4, bcsr-pingpong, wcsr-ws, wcsr-pingpong+two_pass (plain "wcsr" is wcsr-ws).
+e.g. bcsr-v3, bcsr-v4, bcsr-v4-tma, bcsr-pingpong, wcsr-ws, wcsr-ws-tma, wcsr-pingpong+two_pass (plain
+"wcsr" is wcsr-ws).
 
-Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items (v4,
+Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
 matches the float64 reference.
 """
@@ -21,10 +22,11 @@ options = {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
 M, K, N = 300, 200, 136
 dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[:, None] // 64 != 1)  # unit 1 empty
+dense[192:256, 16:] = 0           # unit 3 short (one block, one tile): unsplit beside the split units
 if fmt_name == "bcsr":
     A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
-    persistent = variant in ("v4", "wide", "pingpong")          # the persistent variants get split rows
-    op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 1} if persistent else {}), **options)
+    persistent = variant.split("-")[0] in ("v4", "wide", "pingpong")   # the persistent variants get split rows
+    op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 2} if persistent else {}), **options)
 else:
     A = formats.WCSR.from_scipy(dense, window_rows=64, tile_cols=16, dtype=np.float16)
     op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, experimental=True, **options)

@@ -2,7 +2,7 @@
 """Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
-    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [host]
+    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [host] [epilogue] [block32]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -14,6 +14,9 @@
          fp32 and fp16 output;
   wcsr   the shipped real matrices, N = 128: tile width × split (none / auto), then two-pass combine
          and ping-pong at 16 columns (WCSR_CONFIGS);
+  epilogue  registers -> global against shared memory + TMA store (v4 / pingpong and their -tma
+         variants), fp32 and fp16 output, Qwen layers at 16K / 64K tokens and the 16384² 90% case;
+  block32   64 × 32 against 64 × 64 BCSR blocks on 64 × 32- and 64 × 64-block patterns (8192², N = 4096);
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
 
@@ -271,7 +274,50 @@ def part_host(timer) -> list[dict]:
     return rows
 
 
-PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "host": part_host}
+def part_epilogue(timer) -> list[dict]:
+    """Issue 4's epilogue question: C from registers (v4, pingpong) against shared memory + TMA stores
+    (v4-tma, pingpong-tma), fp32 and fp16 output, on the Qwen layers (short K loops: the epilogue is a
+    large share of an item) and on the large 90% case."""
+    llm_timer = gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
+                                                host_gpu_budget_s=0.1))
+    rows = []
+    variants = ("v4", "v4-tma", "pingpong", "pingpong-tma")
+    for tokens in (16384, 65536):
+        for layer in ("q", "k", "gate", "down"):
+            m, k = suites.LLM_LAYERS[layer]
+            case = Case(f"qwen-{layer}-{m}x{k}/N={tokens}", suites.block_sparse(m, k, 0.9, seed=1).tocsr(), tokens)
+            for out_dtype in ("float32", "float16"):
+                for variant in variants:
+                    rows.append(time_operator(case, llm_timer, out_dtype=out_dtype, format="bcsr", kernel=variant))
+            del case
+            gpu.import_torch().cuda.empty_cache()
+    case = Case("bs90-16384x16384/N=8192", suites.block_sparse(16384, 16384, 0.9, seed=0).tocsr(), 8192)
+    for out_dtype in ("float32", "float16"):
+        for variant in ("v4", "v4-tma"):
+            rows.append(time_operator(case, timer, out_dtype=out_dtype, format="bcsr", kernel=variant))
+    print_rows("BCSR epilogue: registers -> global against shared memory + TMA store", rows)
+    return rows
+
+
+def part_block32(timer) -> list[dict]:
+    """Issue 4's "64×32 blocks if they pay": 8192² × 4096, 90% block sparsity, on a pattern of 64 × 32
+    blocks and on one of 64 × 64 blocks, each run as 64 × 32 and as 64 × 64 BCSR (v4). Useful TFLOP/s
+    count the matrix's nonzeros only, so a format that multiplies padding zeros pays for them."""
+    rows = []
+    for pattern in ((64, 32), (64, 64)):
+        A = suites.block_sparse(8192, 8192, 0.9, seed=2, block_shape=pattern).tocsr()
+        case = Case(f"bs90-8192x8192-{pattern[0]}x{pattern[1]}/N=4096", A, 4096)
+        for block_shape in ((64, 32), (64, 64)):
+            row = time_operator(case, timer, format="bcsr", kernel="v4", block_shape=block_shape)
+            row["tflops_useful"] = 2.0 * A.nnz * case.N / (median_us(row) * 1e-6) / 1e12
+            rows.append(row)
+        del case
+    print_rows("BCSR block width: 64x32 against 64x64 blocks", rows, lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s")
+    return rows
+
+
+PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "host": part_host,
+         "epilogue": part_epilogue, "block32": part_block32}
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ def test_ladder_configs_are_consistent():
                                  dict(loader="sync", stages=1, specialized=False, gather_b=True),
                                  dict(schedule="pingpong", specialized=False, stages=2),
                                  dict(schedule="pingpong", consumer_wgs=1), dict(schedule="zigzag"),
-                                 dict(combine="sometimes")])
+                                 dict(combine="sometimes"), dict(epilogue="smem")])
 def test_bad_configs_are_rejected(bad):
     base = dict(name="x", loader="tma", stages=4, specialized=True, persistent=False)
     base.update(bad)
@@ -163,3 +163,66 @@ def test_one_wave_split_cuts_only_rows_longer_than_the_share(monkeypatch):
     assert bcsr.prepare(A, "f16", "f32")[0] == ("split", bcsr.MIN_SPLIT_BLOCKS)
     assert bcsr.prepare(A, "f16", "f32", variant="v3")[0] is None
     assert bcsr.prepare(A, "f16", "f32", max_blocks=None)[0] is None
+
+
+def test_tma_epilogue_shared_memory_and_stages():
+    """The epilogue regions (one 64 x WG_N tile of C per consumer warpgroup) come after the ring, and the
+    ring gives up stages for them only when both do not fit."""
+    regs = bcsr.config("v4", "f16", "f32")
+    f32 = bcsr.config("v4", "f16", "f32", epilogue="tma")
+    f16 = bcsr.config("v4", "f16", "f16", epilogue="tma")
+    assert (f32.epilogue_bytes, f16.epilogue_bytes, regs.epilogue_bytes) == (2 * 64 * 128 * 4, 2 * 64 * 128 * 2, 0)
+    assert f32.stages == f16.stages == regs.stages == 4
+    assert f32.smem_bytes == 4 * 40960 + 65536 <= tc_pipeline.MAX_DYNAMIC_SMEM
+    pingpong = bcsr.config("pingpong", "f16", "f32", epilogue="tma")      # 2 x 64 x 256 fp32 = 128 KB
+    assert pingpong.stages == (tc_pipeline.MAX_DYNAMIC_SMEM - 131072) // 40960 == 2
+    assert (4 * 40960 + 65536) % 1024 == 0             # the regions start 1024-B aligned (128B swizzle)
+
+
+@pytest.mark.parametrize("out_kind", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("variant", ["v3", "v4", "pingpong"])
+def test_tma_epilogue_sass(variant, out_kind):
+    """The shared-memory epilogue: swizzled STS of the fragments, then TMA stores (UTMASTG) grouped and
+    waited on (UTMACMDFLUSH / the bulk wait); no local memory."""
+    from ptx_snippets.inspect import inspect_kernel, opcode_counts
+
+    in_kind = "bf16" if out_kind == "bf16" else "f16"
+    cfg = bcsr.config(variant, in_kind, out_kind, epilogue="tma")
+    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+                       launch_bounds=(cfg.threads, 1))
+    ops = opcode_counts(k.sass)
+    boxes = cfg.wg_n * cfg.out_bytes // 128
+    assert ops["UTMASTG.2D"] == boxes, ops                 # one store per 64-row x 128-byte box
+    assert ops["STS.64" if out_kind == "f32" else "STS"] >= cfg.wg_n // 4   # one per register pair
+    assert ops["HGMMA.64x{}x16.F32{}".format(cfg.wg_n, ".BF16" if in_kind == "bf16" else "")] == cfg.block_k // 16
+    assert k.info.spill_stores == 0 and k.info.stack_frame == 0
+
+
+def test_64x32_blocks():
+    """64 x 32 blocks: A rows of 64 bytes (64-byte swizzle, one chunk), two k16 steps per block, B boxes
+    of 32 rows; the synchronous loader (whole 64-wide blocks only) refuses them."""
+    import formats
+    import numpy as np
+    import scipy.sparse as sp
+
+    cfg = bcsr.config("v4", "f16", "f32", block_k=32)
+    assert (cfg.a_span, cfg.a_chunks, cfg.a_stage_bytes, cfg.b_chunk_bytes) == (64, 1, 64 * 64, 32 * 128)
+    A = formats.BCSR.from_scipy(sp.random_array((130, 100), density=0.1, rng=0, format="csr"),
+                                block_shape=(64, 32), dtype=np.float16)
+    assert bcsr.operand(A).block_k == 32
+    with pytest.raises(ValueError, match="synchronous loader"):
+        bcsr.config("v0", "f16", "f32", block_k=32)
+    with pytest.raises(ValueError, match="64x32, 64x64, 64x128"):
+        bcsr.operand(formats.BCSR.from_scipy(sp.random_array((130, 100), density=0.1, rng=0, format="csr"),
+                                             block_shape=(64, 16), dtype=np.float16))
+
+
+def test_64x32_sass():
+    from ptx_snippets.inspect import inspect_kernel, opcode_counts
+
+    cfg = bcsr.config("v4", "f16", "f32", block_k=32)
+    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+                       launch_bounds=(cfg.threads, 1))
+    ops = opcode_counts(k.sass)
+    assert ops["HGMMA.64x128x16.F32"] == 2 and ops["UTMALDG.2D"] > 0
+    assert k.info.spill_stores == 0

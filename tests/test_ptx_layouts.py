@@ -235,3 +235,46 @@ def test_a_fragment_layout_and_packing():
     assert regs[5, 3] == a[9, 10] | (a[9, 11] << 16)
     # warp 2 starts at row 32
     assert regs[64, 0] == a[32, 0] | (a[32, 1] << 16)
+
+
+# ---- the tile in shared memory for a TMA store ------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,n", [("f32", 32), ("f32", 128), ("f32", 256), ("f16", 64), ("bf16", 256)])
+def test_shared_tile_layout_is_the_tma_boxes_swizzled(kind, n):
+    """Element (r, c) of the 64 x n tile lands where a 128B-swizzled TMA box of 64 rows x 128 bytes, box
+    c // box_columns, puts it: ps.swizzle_tile (checked against the PTX tables above) of each box, in order."""
+    itemsize = 4 if kind == "f32" else 2
+    cols = ps.store_box_columns(kind)
+    assert cols * itemsize == 128
+    tile = np.arange(64 * n, dtype=np.uint32 if itemsize == 4 else np.uint16).reshape(64, n)
+    expected = np.concatenate([ps.swizzle_tile(np.ascontiguousarray(tile[:, b * cols:(b + 1) * cols]), "128B")
+                               for b in range(n // cols)])
+    image = np.zeros(64 * n * itemsize, dtype=np.uint8)
+    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
+    offsets = ps.shared_tile_offset(r, c, kind)
+    image.reshape(-1, itemsize)[offsets.ravel() // itemsize] = tile.ravel().view(np.uint8).reshape(-1, itemsize)
+    np.testing.assert_array_equal(image, expected)
+
+
+@pytest.mark.parametrize("kind", ["f32", "f16"])
+def test_fragment_stores_to_shared_memory_are_bank_conflict_free(kind):
+    """Each store instruction of the shared epilogue (one register pair, all 32 lanes of a warp) touches
+    every 4-byte bank at most bytes / 128 times: the minimum number of shared-memory wavefronts."""
+    n, itemsize = 128, (4 if kind == "f32" else 2)
+    pair_bytes = 2 * itemsize
+    rows, cols = ps.accumulator_layout(n)
+    for warp in range(4):
+        lanes = slice(32 * warp, 32 * warp + 32)
+        for reg in range(0, n // 2, 2):
+            start = ps.shared_tile_offset(rows[lanes, reg], cols[lanes, reg], kind)
+            words = (start[:, None] + np.arange(0, pair_bytes, 4)[None, :]).ravel() // 4
+            assert len(np.unique(words)) == words.size              # no two lanes write the same word
+            per_bank = np.bincount(words % 32, minlength=32)
+            assert per_bank.max() == 32 * pair_bytes // 128, (warp, reg, per_bank)
+
+
+def test_fragment_store_shared_rejects_partial_box_rows():
+    with pytest.raises(ps.PTXUsageError, match="128-byte"):
+        ps.make_fragment_store_shared(40, "f32")          # 160 bytes: not whole box rows
+    with pytest.raises(ps.PTXUsageError, match="out_kind"):
+        ps.make_fragment_store_shared(64, "f64")

@@ -1,6 +1,6 @@
 """BCSR SpMM on Hopper, and the ablation ladder (the paper's Figure 6) as configurations of the pipeline.
 
-C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 64 or 128), B dense K × N row-major,
+C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 32, 64 or 128), B dense K × N row-major,
 fp16 or bf16 inputs, fp32 accumulation, C fp32 or the input dtype. The kernel body is
 `nbspmm.kernels.tc_pipeline` (read its docstring for the stage layout and the work decomposition);
 this module says only what BCSR adds — a block's B rows are the BK consecutive rows starting at its
@@ -20,6 +20,8 @@ Beyond the ladder, two tile shapes for the same persistent warp-specialized pipe
   pingpong  the warpgroups take alternate 64 × 256 items (n256 each), so one warpgroup's epilogue
             overlaps the other's multiplies: for short block rows, where the epilogue is a large
             share of an item (5 stages of 40 KB).
+  v4-tma, pingpong-tma   the same, writing C through shared memory and TMA stores (whole 128-byte
+            rows of C per store: full 32-byte sectors for 16-bit outputs).
 
 Splitting long block rows (``max_blocks``) turns their items into partial sums: added atomically into
 fp32 C (``combine="atomic"``) or stored and reduced in plan order (``combine="two_pass"``, any output
@@ -50,6 +52,14 @@ VARIANTS = {
     "pingpong": PipelineConfig("pingpong", loader="tma", stages=5, specialized=True, persistent=True, wg_n=256,
                                schedule="pingpong"),
 }
+# The same pipelines with the other epilogue (PipelineConfig.epilogue): C through shared memory and TMA
+# stores instead of per-thread register stores. They want their base's stages; the epilogue regions
+# (64 KB per 64 x 256 fp32 tile) leave room for fewer where the output is fp32 (fit_stages).
+WANTED_STAGES = {name: cfg.stages for name, cfg in VARIANTS.items()}
+for _name in ("v4", "pingpong"):
+    VARIANTS[f"{_name}-tma"] = fit_stages(replace(VARIANTS[_name], name=f"{_name}-tma", epilogue="tma", stages=1),
+                                          WANTED_STAGES[_name])
+    WANTED_STAGES[f"{_name}-tma"] = WANTED_STAGES[_name]
 DEFAULT_VARIANT = "v4"
 # The "auto" split of block rows (the default; prepared.one_wave_max_tiles): pieces of at least
 # MIN_SPLIT_BLOCKS blocks. Measured on the H200 (2026-12-03, scripts/tune.py skew: 4096 × 65536, 2% of
@@ -58,15 +68,17 @@ DEFAULT_VARIANT = "v4"
 # alone (18 blocks), 128 / 960. A piece of 64 blocks streams ~2.5 MB of A and B per 64 KB partial tile.
 # Uniform patterns have no block row that long (16384² at 90%: ~26 blocks), so they are never split.
 MIN_SPLIT_BLOCKS = 64
-BLOCK_KS = (64, 128)
+# Block widths the kernels take: 64 x 32 blocks (A rows of 64 B, 64-byte swizzle; a k-block is two
+# wgmma k16 steps) fit finer structure; 64 x 128 halve the barrier round trips per flop.
+BLOCK_KS = (32, 64, 128)
 
 
 def operand(fmt: formats.BCSR, max_blocks: int | None = None) -> SparseOperand:
     """The pipeline's view of a BCSR: its blocks stacked as rows, one block column per block."""
     BM, BK = fmt.block_shape
     if BM != BLOCK_M or BK not in BLOCK_KS:
-        raise ValueError(f"the BCSR tensor-core kernels take {BLOCK_M}x{BLOCK_KS[0]} or {BLOCK_M}x{BLOCK_KS[1]} "
-                         f"blocks; got {BM}x{BK} (build the BCSR with block_shape=({BLOCK_M}, {BLOCK_KS[0]}))")
+        raise ValueError(f"the BCSR tensor-core kernels take {', '.join(f'{BLOCK_M}x{bk}' for bk in BLOCK_KS)} "
+                         f"blocks; got {BM}x{BK} (build the BCSR with block_shape=({BLOCK_M}, 64))")
     values = np.asarray(fmt.data).view(np.uint16).reshape(-1, BK)
     col_index = np.asarray(fmt.indices, dtype=np.int32).reshape(-1, 1)
     return SparseOperand("bcsr", tuple(fmt.shape), BK, False, values, col_index,
@@ -76,7 +88,7 @@ def operand(fmt: formats.BCSR, max_blocks: int | None = None) -> SparseOperand:
 def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, **overrides) -> PipelineConfig:
     if variant not in VARIANTS:
         raise ValueError(f"unknown BCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
-    stages = overrides.pop("stages", VARIANTS[variant].stages)
+    stages = overrides.pop("stages", WANTED_STAGES[variant])
     one_stage = replace(VARIANTS[variant], block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind,
                         **overrides)
     return fit_stages(one_stage, stages)
@@ -101,12 +113,13 @@ def _spec(variant: str):
     cfg = VARIANTS[variant]
     return KernelSpec(
         name=f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr",
-        description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), "
+        description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), {cfg.epilogue} epilogue, "
                     f"{'warp-specialized' if cfg.specialized else 'unspecialized'}"
                     f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} 64x{cfg.tile_n} tiles; "
                     f"64x64 fp16 blocks, fp32 out",
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
-        expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ()),
+        expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
+                      + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
     )
 
 

@@ -26,8 +26,9 @@ from numba import cuda, float32, from_dtype, types
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
 from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
-                                        TIMELINE_EVENT_CAP, TIMELINE_EVENTS, PipelineConfig, compiled_kernel,
-                                        padded_columns, sm_count, tile_shape_for)
+                                        TIMELINE_EVENT_CAP, TIMELINE_EVENTS, TMA_STRIDE_ALIGN, PipelineConfig,
+                                        compiled_kernel, padded_columns, sm_count, tile_shape_for)
+from ptx_snippets import store_box_columns
 from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch
 
 HELPER_THREADS = 256            # threads per block of the element-wise helper kernels
@@ -37,7 +38,7 @@ HELPER_THREADS = 256            # threads per block of the element-wise helper k
 BOUND_CACHE_SIZE = 256
 # Kernel arguments by position (tc_pipeline.kernel_signature): the ones a bound product sets per call.
 ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP, ARG_A_WORDS, ARG_B_WORDS, \
-    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT = range(14)
+    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP = range(15)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,11 @@ def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic", *, min_tiles
     return share if longest > share and longest - share >= min_excess else None
 
 
+def tma_can_store(C) -> bool:
+    """Whether a TMA store can address C: base and row pitch multiples of 16 bytes (tensor-map rules)."""
+    return C.ptr % TMA_STRIDE_ALIGN == 0 and C.strides[0] % TMA_STRIDE_ALIGN == 0 and C.strides[1] == C.dtype.itemsize
+
+
 class BoundProduct:
     """``C = A @ B`` for one pair of (B, C) buffers, every launch packed. A product called again is
     replayed as one CUDA graph of all its kernels (pad / zero / main / reduce) with one ``cuGraphLaunch``,
@@ -156,8 +162,9 @@ class BoundProduct:
     (one kernel) and 8.5 µs (two). The first call launches the kernels one by one (``launch_each``), so
     that a product bound for one call (``op(B)`` into a new C) does not pay for instantiating a graph."""
 
-    def __init__(self, steps, keep_alive):
+    def __init__(self, steps, keep_alive, cfg=None):
         self._steps = [(launch, grid) for launch, grid in steps if grid > 0]    # [(PackedLaunch, grid)]
+        self.cfg = cfg                   # the main kernel's configuration (None: nothing to launch)
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
         self._graph = None
         self._launched = False           # the first call launches directly; later ones replay the graph
@@ -277,6 +284,8 @@ class PreparedPipeline:
         if M == 0 or N == 0:
             return BoundProduct([], ())
         cfg = self.config_for(N)
+        if cfg.epilogue == "tma" and not tma_can_store(C):
+            cfg = replace(cfg, epilogue="registers")
         steps, keep_alive = [], []
         B16 = B.view(np.uint16)
         if padded_columns(N) != N:
@@ -289,6 +298,12 @@ class PreparedPipeline:
         box_rows = 1 if cfg.gather_b else cfg.block_k
         b_map = encode_tiled(B16, box=(box_rows, CHUNK_ELEMS), swizzle="128B", dtype=self._tma_dtype)
         keep_alive.append(b_map)
+        c_map = None
+        if cfg.epilogue == "tma":
+            # Boxes of 64 rows x 128 bytes, 128-byte swizzle: the layout make_fragment_store_shared writes.
+            c_map = encode_tiled(C, box=(BLOCK_M, store_box_columns(cfg.out_kind)), swizzle="128B",
+                                 dtype=cfg.out_kind)
+            keep_alive.append(c_map)
         if cfg.combine == "atomic" and self.split_units is not None:
             zero = PackedLaunch(helper_kernel("zero", cfg.out_kind), block=HELPER_THREADS)
             zero.set(0, C)
@@ -303,7 +318,8 @@ class PreparedPipeline:
                              (ARG_N_TILES, math.ceil(N / cfg.tile_n)),
                              (ARG_STAMPS, self._no_stamps if stamps is None else stamps),
                              (ARG_PARTIALS, partials if partials is not None else self._no_partials()),
-                             (ARG_PARTIAL_SLOT, self.partial_slot)):
+                             (ARG_PARTIAL_SLOT, self.partial_slot),
+                             (ARG_C_MAP, (c_map or b_map).device)):    # unread by the register epilogue
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:
@@ -311,7 +327,7 @@ class PreparedPipeline:
             for index, value in enumerate((partials, self.slot_ptr, self.split_units, C)):
                 reduce.set(index, value)
             steps.append((reduce, helper_grid(self.split_units.shape[0] * BLOCK_M * N)))
-        return BoundProduct(steps, keep_alive)
+        return BoundProduct(steps, keep_alive, cfg)
 
     def _no_partials(self):
         if not hasattr(self, "_partials_placeholder"):

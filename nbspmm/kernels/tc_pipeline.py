@@ -46,8 +46,9 @@ The host side (device copies, tensor maps, packed launches) is nbspmm.kernels.pr
 
 Constraints: the unit height is 64 (the wgmma M); BK ∈ {16, 32, 64, 128}; N is padded internally to a
 multiple of 8 when B's row pitch is not a multiple of 16 bytes (TMA's stride rule), at the cost of one
-copy of B; C is written directly from registers with bounds checks, so M and N need not be multiples
-of anything.
+copy of B; C is written from registers with bounds checks, or through shared memory and a TMA store
+that clips at C's edges (``epilogue="tma"``, see PipelineConfig), so M and N need not be multiples of
+anything.
 """
 from __future__ import annotations
 
@@ -58,16 +59,20 @@ from numba import cuda, int32, int64, uint32, uint64
 
 from nbspmm.kernels.dtypes import DEVICE_DTYPE
 from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
-from ptx_snippets import (clock64, elect_one, global_timer, fence_proxy_async_shared, global_addr, make_fragment_atomic_add,
-                          make_fragment_store, make_smem_descriptor, make_wgmma, make_zero_accumulator,
-                          setmaxnreg_dec, setmaxnreg_inc, shared_addr, tensormap_acquire_fence,
-                          tensormap_prefetch, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
+from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, clock64, elect_one, global_timer,
+                          fence_proxy_async_shared, global_addr, make_fragment_atomic_add, make_fragment_store,
+                          make_fragment_store_shared, make_smem_descriptor, make_wgmma, make_zero_accumulator,
+                          named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, shared_addr, store_box_columns,
+                          tensormap_acquire_fence, tensormap_prefetch, tma_load_2d, tma_store_2d,
+                          wgmma_commit_group, wgmma_fence, wgmma_wait_group)
+from ptx_snippets.fragment import STORE_BOX_BYTES
 from ptx_snippets.descriptor import SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B
 
 SWIZZLE_CODE_OF_SPAN = {32: SWIZZLE_32B, 64: SWIZZLE_64B, 128: SWIZZLE_128B}
 SWIZZLE_NAME_OF_SPAN = {32: "32B", 64: "64B", 128: "128B"}
 SCHEDULES = ("cooperative", "pingpong")
 COMBINES = ("atomic", "two_pass")
+EPILOGUES = ("registers", "tma")
 
 # ---- hardware rules the configurations are derived from ----------------------------------------
 WARP = 32
@@ -136,6 +141,15 @@ class PipelineConfig:
     # A measuring probe, not a product: False skips the wgmma (the loads, barriers and epilogue still
     # run), so its time is the data movement alone.
     multiply: bool = True
+    # How a finished tile reaches C (items of split units always take the register paths of `combine`):
+    #   "registers": each thread stores its fragment's column pairs straight to global memory (8-byte
+    #                fp32 / 4-byte 16-bit stores, bounds-checked);
+    #   "tma":       the warpgroup writes the tile into its own shared-memory region as 128-byte-swizzled
+    #                64-row x 128-byte boxes, and one thread stores them with cp.async.bulk.tensor (TMA
+    #                clips ragged M and N). The store runs on while the warpgroup starts its next item;
+    #                the region is reused only after the store has read it (bulk wait_group.read).
+    #                Needs C's rows 16-byte aligned (bind falls back to "registers" otherwise).
+    epilogue: str = "registers"
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -158,6 +172,8 @@ class PipelineConfig:
                              "of the warp-specialized pipeline")
         if self.combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}; got {self.combine!r}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"epilogue must be one of {EPILOGUES}; got {self.epilogue!r}")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
             raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
         if self.smem_bytes > MAX_DYNAMIC_SMEM:
@@ -210,8 +226,20 @@ class PipelineConfig:
         return self.a_stage_bytes + self.b_chunks * self.b_chunk_bytes
 
     @property
+    def out_bytes(self):           # bytes of one element of C
+        return 4 if self.out_kind == "f32" else 2
+
+    @property
+    def epilogue_wg_bytes(self):   # one consumer warpgroup's 64 x WG_N tile of C in shared memory ("tma")
+        return BLOCK_M * self.wg_n * self.out_bytes if self.epilogue == "tma" else 0
+
+    @property
+    def epilogue_bytes(self):      # after the ring: one region per consumer warpgroup
+        return self.consumer_wgs * self.epilogue_wg_bytes
+
+    @property
     def smem_bytes(self):
-        return self.stages * self.stage_bytes
+        return self.stages * self.stage_bytes + self.epilogue_bytes
 
     @property
     def threads(self):
@@ -235,6 +263,7 @@ def build_kernel_function(cfg: PipelineConfig):
     # store them to the fp32 partials buffer for the reduction pass.
     add_tile = make_fragment_atomic_add(cfg.wg_n) if cfg.out_kind == "f32" else store_tile
     store_partial = make_fragment_store(cfg.wg_n, "f32")
+    store_shared = make_fragment_store_shared(cfg.wg_n, cfg.out_kind)
 
     SYNC_LOADS = cfg.loader == "sync"
     INSTRUMENT = cfg.instrument
@@ -242,6 +271,13 @@ def build_kernel_function(cfg: PipelineConfig):
     PINGPONG = cfg.pingpong
     MULTIPLY = cfg.multiply
     TWO_PASS = cfg.combine == "two_pass"
+    EPILOGUE_TMA = cfg.epilogue == "tma"
+    EPILOGUE_OFFSET = cfg.stages * cfg.stage_bytes       # after the ring (a multiple of 1024: box alignment)
+    EPILOGUE_WG_BYTES = cfg.epilogue_wg_bytes
+    STORE_BOXES = cfg.wg_n * cfg.out_bytes // SWIZZLE_SPAN   # 64-row x 128-byte boxes per warpgroup tile
+    STORE_BOX_COLS = store_box_columns(cfg.out_kind)
+    # Named barrier ids of the consumer warpgroups' epilogues (id 0 is __syncthreads'): EPILOGUE_BAR + g.
+    EPILOGUE_BAR = 1
     STAGES = cfg.stages
     N_RING_BARRIERS = 2 * STAGES              # full[0..S) then empty[0..S)
     N_BARRIERS = N_RING_BARRIERS + (cfg.consumer_wgs if cfg.pingpong else 0)   # then turn[0..wgs)
@@ -362,8 +398,24 @@ def build_kernel_function(cfg: PipelineConfig):
         wgmma_commit_group()
         return acc
 
+    @cuda.jit(device=True, forceinline=True)
+    def store_tile_tma(acc, smem_base, c_map, g, thread, row0, col0):
+        """Epilogue "tma": warpgroup g writes its tile into its shared region; one thread stores the boxes."""
+        region = smem_base + uint32(EPILOGUE_OFFSET + g * EPILOGUE_WG_BYTES)
+        if thread == 0:
+            bulk_wait_group_read(0)                    # the region's previous store has finished reading it
+        named_barrier_sync(EPILOGUE_BAR + g, WARPGROUP)
+        store_shared(acc, region, thread)
+        fence_proxy_async_shared()                     # generic-proxy st.shared -> the TMA store's async reads
+        named_barrier_sync(EPILOGUE_BAR + g, WARPGROUP)
+        if thread == 0:
+            for box in range(STORE_BOXES):             # coordinates innermost first: (column, row)
+                tma_store_2d(c_map, int32(col0 + box * STORE_BOX_COLS), int32(row0),
+                             region + uint32(box * STORE_BOX_BYTES))
+            bulk_commit_group()
+
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
-               partials, partial_slot):
+               partials, partial_slot, c_map):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         smem_words = cuda.shared.array(0, dtype=np.uint64, alignment=1024)  # the same bytes, as words
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
@@ -378,6 +430,7 @@ def build_kernel_function(cfg: PipelineConfig):
         K = b_words.shape[0]
         a_map_addr = global_addr(a_map)
         b_map_addr = global_addr(b_map)
+        c_map_addr = global_addr(c_map)
 
         if tid == 0:
             if PINGPONG:
@@ -388,6 +441,9 @@ def build_kernel_function(cfg: PipelineConfig):
                 tensormap_acquire_fence(b_map_addr)
                 tensormap_prefetch(a_map_addr)
                 tensormap_prefetch(b_map_addr)
+                if EPILOGUE_TMA:
+                    tensormap_acquire_fence(c_map_addr)
+                    tensormap_prefetch(c_map_addr)
         cuda.syncthreads()
 
         if SPECIALIZED and wg == PRODUCER_WG:
@@ -487,13 +543,18 @@ def build_kernel_function(cfg: PipelineConfig):
                 row0 = rows[p] * BLOCK_M
                 col0 = n0 if PINGPONG else n0 + g * WG_N
                 if shared[p] == 0:
-                    store_tile(acc, C, row0, col0, tid % WARPGROUP)
+                    if EPILOGUE_TMA:
+                        store_tile_tma(acc, smem_base, c_map_addr, g, tid % WARPGROUP, row0, col0)
+                    else:
+                        store_tile(acc, C, row0, col0, tid % WARPGROUP)
                 elif TWO_PASS:                                      # the reduction pass sums the partials
                     store_partial(acc, partials, partial_slot[p] * BLOCK_M, col0, tid % WARPGROUP)
                 else:
                     add_tile(acc, C, row0, col0, tid % WARPGROUP)   # C rows pre-zeroed; other items add too
                 if recorder:
                     slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
+            if EPILOGUE_TMA and tid % WARPGROUP == 0:
+                bulk_wait_group(0)     # the last stores complete before the CTA (and its shared memory) ends
 
     return kernel
 
@@ -507,8 +568,9 @@ def kernel_signature(cfg: PipelineConfig):
     out = types.Array(from_dtype(DEVICE_DTYPE[cfg.out_kind]), 2, "C")
     stamps = types.Array(types.int64, 4, "C")
     partials = types.Array(types.float32, 2, "C")
-    return (i32, i32, i32, i32, col_index, types.uint8[::1], types.uint8[::1], words, words, out, types.int32, stamps,
-            partials, i32)
+    tensor_map = types.uint8[::1]
+    return (i32, i32, i32, i32, col_index, tensor_map, tensor_map, words, words, out, types.int32, stamps,
+            partials, i32, tensor_map)
 
 
 _COMPILED: dict[PipelineConfig, object] = {}
@@ -551,4 +613,5 @@ def tile_shape_for(n: int, schedule: str = "cooperative", widest: int = 2 * CHUN
 def fit_stages(cfg: PipelineConfig, wanted: int) -> PipelineConfig:
     """`cfg` with `wanted` stages, or as many as shared memory holds (a 64x128 BCSR block with its
     128-row B tile is 80 KB a stage: two fit)."""
-    return replace(cfg, stages=max(1, min(wanted, MAX_DYNAMIC_SMEM // replace(cfg, stages=1).stage_bytes)))
+    one = replace(cfg, stages=1)
+    return replace(cfg, stages=max(1, min(wanted, (MAX_DYNAMIC_SMEM - one.epilogue_bytes) // one.stage_bytes)))

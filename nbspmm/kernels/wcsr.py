@@ -13,6 +13,7 @@ Variants (the same rungs as BCSR where they apply; the synchronous loader is BCS
   pingpong  ws with the consumer warpgroups taking alternate items (epilogue under the other's multiplies)
   v3        warp-specialized, non-persistent
   v2        TMA multi-stage, unspecialized
+  ws-tma    ws writing C through shared memory and TMA stores (PipelineConfig.epilogue)
 
 Load balancing: windows with more than ``max_tiles`` tiles are split into several work items. Their
 partial tiles are combined by ``combine="atomic"`` (default: ``red.global.add`` into fp32 C, whose rows
@@ -42,6 +43,7 @@ VARIANTS = {
     "v2": PipelineConfig("wcsr-v2", loader="tma", stages=4, specialized=False, persistent=False, block_k=16,
                          gather_b=True),
 }
+VARIANTS["ws-tma"] = replace(VARIANTS["ws"], name="wcsr-ws-tma", epilogue="tma")   # C via shared memory + TMA stores
 TILE_COLS = (16, 32, 64)
 # The "auto" split (prepared.one_wave_max_tiles). Pieces of at least MIN_SPLIT_TILES tiles; and a window
 # is cut only when it exceeds the one-wave share by MIN_SPLIT_EXCESS_TILES tiles or more. Measured on the
@@ -94,5 +96,5 @@ for _name, _cfg in VARIANTS.items():
                     f"fp16 in, fp32 out",
         build=(lambda cfg=_cfg: (build_kernel_function(cfg), kernel_signature(cfg),
                                  {"launch_bounds": (cfg.threads, 1)})),
-        expected_sass=("HGMMA", "UTMALDG", "SYNCS"),
+        expected_sass=("HGMMA", "UTMALDG", "SYNCS") + (("UTMASTG",) if _cfg.epilogue == "tma" else ()),
     ))

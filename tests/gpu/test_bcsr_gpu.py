@@ -155,13 +155,15 @@ def test_n_range(variant, N):
     check_product(operator(A, variant), A, B, np.float32, f"{variant} N={N}")
 
 
-@pytest.mark.parametrize("variant", ["v0", "v2", "v4"])
-def test_block_k_128(variant):
-    rng = np.random.default_rng(3)
-    A = formats.BCSR.from_scipy(block_sparse(rng, 200, 600, block_shape=(64, 128), block_density=0.5),
-                                block_shape=(64, 128), dtype=np.float16)
+@pytest.mark.parametrize("variant,block_k", [("v0", 128), ("v2", 128), ("v4", 128), ("v2", 32), ("v3", 32),
+                                             ("v4", 32), ("pingpong", 32), ("v4-tma", 32)])
+def test_block_widths(variant, block_k):
+    """64 x 128 and 64 x 32 blocks (K = 600 is not a multiple of either)."""
+    rng = np.random.default_rng(block_k)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 200, 600, block_shape=(64, block_k), block_density=0.5),
+                                block_shape=(64, block_k), dtype=np.float16)
     B = rng.standard_normal((600, 200)).astype(np.float16)
-    check_product(operator(A, variant), A, B, np.float32, f"{variant} 64x128")
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} 64x{block_k}")
 
 
 def test_baseline_matches():
@@ -169,3 +171,43 @@ def test_baseline_matches():
     A = formats.BCSR.from_scipy(block_sparse(rng, 150, 170, block_density=0.5), dtype=np.float16)
     B = rng.standard_normal((170, 40)).astype(np.float16)
     check_product(operator(A, "baseline"), A, B, np.float32, "baseline bcsr")
+
+
+# ---- the shared-memory + TMA-store epilogue -------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["v3", "v4", "pingpong"])
+@pytest.mark.parametrize("dtype,out", [(np.float16, np.float32), (np.float16, np.float16),
+                                       (ml_dtypes.bfloat16, ml_dtypes.bfloat16)], ids=["f16-f32", "f16-f16", "bf16-bf16"])
+@pytest.mark.parametrize("N", [8, 136, 1000])
+def test_tma_epilogue(variant, dtype, out, N):
+    """Ragged M (333) and N: the TMA store clips at C's edges. The bound product really took the TMA path."""
+    rng = np.random.default_rng(N)
+    M, K = 333, 520
+    A = formats.BCSR.from_scipy(block_sparse(rng, M, K, block_density=0.4), dtype=dtype)
+    B = rng.standard_normal((K, N)).astype(dtype)
+    op = operator(A, variant, out_dtype=out, epilogue="tma")
+    check_product(op, A, B, out, f"{variant} tma epilogue N={N}")
+    from numba import cuda
+    from tests.gpu.spmm_checks import poisoned_output
+    assert op.bind(cuda.to_device(B.view(np.uint16)), poisoned_output(M, N, out)).cfg.epilogue == "tma"
+
+
+@pytest.mark.parametrize("case", ["one-dense-block-row", "empty-block-rows", "all-zero", "1x1"])
+def test_tma_epilogue_edge_cases_and_split_rows(case):
+    """Split block rows (atomic adds from registers) and whole rows (TMA stores) in one launch."""
+    rng = np.random.default_rng(7)
+    A = formats.BCSR.from_scipy(_edge_matrices(rng)[case], dtype=np.float16)
+    B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
+    check_product(operator(A, "v4", epilogue="tma", max_blocks=2), A, B, np.float32, f"tma {case} split")
+
+
+def test_tma_epilogue_falls_back_when_c_rows_are_not_16_byte_aligned():
+    """N = 9 fp32: a 36-byte row pitch TMA cannot address, so the registers write C."""
+    rng = np.random.default_rng(1)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 130, 200, block_density=0.5), dtype=np.float16)
+    B = rng.standard_normal((200, 9)).astype(np.float16)
+    op = operator(A, "v4", epilogue="tma")
+    check_product(op, A, B, np.float32, "tma fallback N=9")
+    from numba import cuda
+    from tests.gpu.spmm_checks import poisoned_output
+    assert op.bind(cuda.to_device(B.view(np.uint16)), poisoned_output(130, 9, np.float32)).cfg.epilogue == "registers"

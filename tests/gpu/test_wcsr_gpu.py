@@ -138,3 +138,17 @@ def test_unsplit_is_bit_identical_across_runs():
     first = op(B).copy_to_host()
     for _ in range(3):
         assert np.array_equal(op(B).copy_to_host(), first)
+
+
+@pytest.mark.parametrize("variant", ["ws", "pingpong"])
+@pytest.mark.parametrize("out", [np.float32, np.float16], ids=["out-f32", "out-f16"])
+@pytest.mark.parametrize("N", [8, 64, 200])
+def test_tma_epilogue(variant, out, N):
+    """The shared-memory + TMA-store epilogue on the gathered pipeline, with split windows (atomic adds
+    from registers where the output is fp32) beside whole ones (TMA stores)."""
+    rng = np.random.default_rng(N)
+    A = wcsr(sp.random_array((700, 450), density=0.03, rng=rng, format="csr"))
+    B = rng.standard_normal((450, N)).astype(np.float16)
+    max_tiles = 2 if out == np.float32 else None
+    check_product(operator(A, variant, out_dtype=out, epilogue="tma", max_tiles=max_tiles), A, B, out,
+                  f"wcsr {variant} tma N={N}")
