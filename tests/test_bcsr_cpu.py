@@ -15,8 +15,9 @@ def test_ladder_configs_are_consistent():
     v3 = bcsr.LADDER["v3"]
     # 64x64 fp16 A block (8 KB) + 64 x 256 fp16 B tile (32 KB) per stage.
     assert (v3.a_stage_bytes, v3.stage_bytes) == (8192, 40960)
-    # setmaxnreg budget: one CTA of 384 threads must fit the SM's 65,536 registers.
+    # setmaxnreg budget: one CTA of 384 threads must fit the SM's 65,536 registers (both register splits).
     assert 128 * tc_pipeline.PRODUCER_REGS + 256 * tc_pipeline.CONSUMER_REGS <= 65536
+    assert 128 * tc_pipeline.GATHER_PRODUCER_REGS + 256 * tc_pipeline.GATHER_CONSUMER_REGS <= 65536
 
 
 @pytest.mark.parametrize("bad", [dict(block_k=8), dict(block_k=48), dict(wg_n=96), dict(stages=20),
@@ -24,7 +25,9 @@ def test_ladder_configs_are_consistent():
                                  dict(loader="sync", stages=1, specialized=False, gather_b=True),
                                  dict(schedule="pingpong", specialized=False, stages=2),
                                  dict(schedule="pingpong", consumer_wgs=1), dict(schedule="zigzag"),
-                                 dict(combine="sometimes"), dict(epilogue="smem")])
+                                 dict(combine="sometimes"), dict(epilogue="smem"), dict(gather="cp_async"),
+                                 dict(gather="ldg", gather_b=True),
+                                 dict(gather="cp_async", gather_b=True, specialized=False)])
 def test_bad_configs_are_rejected(bad):
     base = dict(name="x", loader="tma", stages=4, specialized=True, persistent=False)
     base.update(bad)
@@ -114,7 +117,7 @@ def test_wide_and_pingpong_sass(name):
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0
 
 
-@pytest.mark.parametrize("name", ["wcsr", "wcsr-v3", "wcsr-v2"])
+@pytest.mark.parametrize("name", ["wcsr", "wcsr-v3", "wcsr-v2", "wcsr-ws-tma", "wcsr-ws-cpasync"])
 def test_wcsr_sass_has_the_hopper_instructions(name):
     from ptx_snippets.inspect import inspect_kernel, instructions
 
@@ -226,3 +229,21 @@ def test_64x32_sass():
     ops = opcode_counts(k.sass)
     assert ops["HGMMA.64x128x16.F32"] == 2 and ops["UTMALDG.2D"] > 0
     assert k.info.spill_stores == 0
+
+
+def test_cp_async_gather_pieces():
+    """The cp.async gather of a 16-row tile, 256 columns of fp16: 16 x 512 B = 512 pieces of 16 B, four
+    per producer thread; the ring's full barriers then take 1 + 128 arrivals and A's bytes only."""
+    from nbspmm.kernels import wcsr
+
+    cfg = wcsr.VARIANTS["ws-cpasync"]
+    assert (cfg.gather_pieces, cfg.gather_pieces // 128) == (512, 4)
+    assert (cfg.producer_regs, cfg.consumer_regs) == (tc_pipeline.GATHER_PRODUCER_REGS, tc_pipeline.GATHER_CONSUMER_REGS)
+    from ptx_snippets.inspect import inspect_kernel, opcode_counts
+
+    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+                       launch_bounds=(cfg.threads, 1))
+    ops = opcode_counts(k.sass)
+    assert sum(n for op, n in ops.items() if op.startswith("LDGSTS")) >= 1
+    assert ops["ARRIVES.LDGSTSBAR.64.ARVCNT"] == 1
+    assert k.info.spill_stores == 0 and k.info.stack_frame == 0

@@ -2,7 +2,7 @@
 
 A ring of S stages, each with two mbarriers (PTX ISA §9.7.13.15, "mbarrier"):
 
-  full[s]   count 1. The producer arms it with ``mbarrier.arrive.expect_tx(bytes of one stage)``, which is
+  full[s]   count 1 (plus one per cp.async-gathering thread, see make_ring). The producer arms it with ``mbarrier.arrive.expect_tx(bytes of one stage)``, which is
             its one arrival *and* announces how many bytes the copies will deliver; each TMA copy into the
             stage decrements the transaction count by the bytes it lands (``complete_tx``). The phase
             completes when the arrival has happened and the count is back to zero: the stage is loaded.
@@ -36,8 +36,12 @@ def barrier_at(base, index):
     return base + uint32(MBARRIER_BYTES) * uint32(index)
 
 
-def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
-    """Device functions for a ring of `n_stages` stages of `stage_bytes` bytes each.
+def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int, producer_arrivals: int = 1):
+    """Device functions for a ring of `n_stages` stages, each filled with `stage_bytes` bytes by TMA.
+
+    ``producer_arrivals`` > 1: besides the arming thread, producer_arrivals − 1 threads arrive on full[s]
+    (the cp.async gather: each producer thread's ``cp.async.mbarrier.arrive.noinc`` lands once its own
+    copies have; they are not counted in `stage_bytes`, which is then the TMA bytes alone).
 
     Returns (init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release,
     full_barrier).
@@ -48,6 +52,7 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
     S = n_stages
     STAGE_BYTES = stage_bytes
     CONSUMER_ARRIVALS = consumer_arrivals
+    PRODUCER_ARRIVALS = producer_arrivals
 
     @cuda.jit(device=True, forceinline=True)
     def full_barrier(bars, stage):
@@ -62,7 +67,7 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int):
         """One thread: initialise every barrier, then one fence makes all the inits visible to the
         async proxy (TMA) and to the other threads (after the caller's __syncthreads)."""
         for s in range(S):
-            mbarrier_init(full_barrier(bars, s), uint32(1))
+            mbarrier_init(full_barrier(bars, s), uint32(PRODUCER_ARRIVALS))
             mbarrier_init(empty_barrier(bars, s), uint32(CONSUMER_ARRIVALS))
         mbarrier_init_fence()
 

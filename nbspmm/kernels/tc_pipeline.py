@@ -59,7 +59,7 @@ from numba import cuda, int32, int64, uint32, uint64
 
 from nbspmm.kernels.dtypes import DEVICE_DTYPE
 from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
-from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, clock64, elect_one, global_timer,
+from ptx_snippets import (cp_async_16, cp_async_mbarrier_arrive_noinc, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, clock64, elect_one, global_timer,
                           fence_proxy_async_shared, global_addr, make_fragment_atomic_add, make_fragment_store,
                           make_fragment_store_shared, make_smem_descriptor, make_wgmma, make_zero_accumulator,
                           named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, shared_addr, store_box_columns,
@@ -73,6 +73,7 @@ SWIZZLE_NAME_OF_SPAN = {32: "32B", 64: "64B", 128: "128B"}
 SCHEDULES = ("cooperative", "pingpong")
 COMBINES = ("atomic", "two_pass")
 EPILOGUES = ("registers", "tma")
+GATHERS = ("tma", "cp_async")
 
 # ---- hardware rules the configurations are derived from ----------------------------------------
 WARP = 32
@@ -88,11 +89,16 @@ SWIZZLE_UNIT = 16               # bytes: the swizzle permutes 16-byte units with
 K_STEP_BYTES_KMAJOR = MMA_K * ELEMENT_BYTES          # 32 B: the next k16 slice of a K-major SW128 tile
 K_STEP_BYTES_MNMAJOR = MMA_K * SWIZZLE_SPAN          # 2048 B: 16 K-rows further in an MN-major SW128 tile
 TMA_STRIDE_ALIGN = 16           # bytes: global strides of a tensor map must be multiples of 16
+CP_ASYNC_BYTES = 16             # cp.async.cg copies 16 bytes per instruction
 MAX_DYNAMIC_SMEM = 227 * 1024   # sm_90 per-block opt-in limit
 # setmaxnreg: the producer warpgroup gives registers to the two consumer warpgroups.
 # 128 × 40 + 256 × 232 = 64,512 ≤ 65,536 registers per SM (one CTA per SM).
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
+# The cp.async gather's producer threads compute an address per 16-byte piece: 40 registers spill
+# (ptxas: 36 B), 56 do not. 128 × 56 + 256 × 224 = 64,512.
+GATHER_PRODUCER_REGS = 56
+GATHER_CONSUMER_REGS = 224
 
 # Timeline instrumentation (config.instrument): one recording thread per role writes, for each event,
 # (clock64 cycles, %globaltimer ns, event code, stage, k-block) into stamps[cta, role, slot, :].
@@ -150,6 +156,14 @@ class PipelineConfig:
     #                the region is reused only after the store has read it (bulk wait_group.read).
     #                Needs C's rows 16-byte aligned (bind falls back to "registers" otherwise).
     epilogue: str = "registers"
+    # How gathered B rows (gather_b) reach shared memory:
+    #   "tma":      the elected producer thread issues one 1-row TMA box per (row, 64-column chunk);
+    #   "cp_async": all 128 threads of the producer warpgroup copy 16-byte pieces with cp.async into the
+    #               same swizzled layout (consecutive threads, consecutive pieces of a row: coalesced),
+    #               padding slots zero-filled (src_bytes 0); each thread's cp.async.mbarrier.arrive.noinc
+    #               lands on the stage's full barrier (count 1 + 128) after its pieces. Consumers fence
+    #               generic -> async proxy (cp.async writes as ordinary stores do) before the wgmma.
+    gather: str = "tma"
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -172,6 +186,10 @@ class PipelineConfig:
                              "of the warp-specialized pipeline")
         if self.combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}; got {self.combine!r}")
+        if self.gather not in GATHERS:
+            raise ValueError(f"gather must be one of {GATHERS}; got {self.gather!r}")
+        if self.gather == "cp_async" and not (self.gather_b and self.specialized):
+            raise ValueError("the cp.async gather is the producer warpgroup's (warp-specialized, gathered B rows)")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}; got {self.epilogue!r}")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
@@ -242,6 +260,18 @@ class PipelineConfig:
         return self.stages * self.stage_bytes + self.epilogue_bytes
 
     @property
+    def producer_regs(self):       # setmaxnreg of the producer warpgroup / of the consumer warpgroups
+        return GATHER_PRODUCER_REGS if self.gather == "cp_async" else PRODUCER_REGS
+
+    @property
+    def consumer_regs(self):
+        return GATHER_CONSUMER_REGS if self.gather == "cp_async" else CONSUMER_REGS
+
+    @property
+    def gather_pieces(self):       # 16-byte cp.async pieces of one stage's B rows
+        return self.block_k * self.tile_n * ELEMENT_BYTES // CP_ASYNC_BYTES
+
+    @property
     def threads(self):
         return WARPGROUP * (self.consumer_wgs + (1 if self.specialized else 0))
 
@@ -252,8 +282,13 @@ class PipelineConfig:
 
 def build_kernel_function(cfg: PipelineConfig):
     """The Python kernel function for one configuration (jit it with launch_bounds=(cfg.threads, 1))."""
+    CP_ASYNC_GATHER = cfg.gather == "cp_async"
+    PRODUCER_NREGS, CONSUMER_NREGS = cfg.producer_regs, cfg.consumer_regs
+    # cp.async gather: TMA brings only the A tile; the 128 producer threads arrive on top of the armer.
     (ring_init, advance, advance_by, producer_acquire, producer_arm,
-     consumer_wait, consumer_release, _full_barrier) = make_ring(cfg.stages, cfg.stage_bytes, cfg.release_arrivals)
+     consumer_wait, consumer_release, full_barrier) = make_ring(
+        cfg.stages, cfg.a_stage_bytes if CP_ASYNC_GATHER else cfg.stage_bytes, cfg.release_arrivals,
+        producer_arrivals=1 + (WARPGROUP if CP_ASYNC_GATHER else 0))
     turns_init, wait_turn, pass_turn = make_turns(cfg.consumer_wgs, cfg.release_arrivals)
     mma = make_wgmma(cfg.wg_n, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=0, trans_b=1)
     zero_accumulator = make_zero_accumulator(cfg.wg_n)
@@ -307,6 +342,9 @@ def build_kernel_function(cfg: PipelineConfig):
     WORDS_PER_ROW = SWIZZLE_SPAN // 8          # 8-byte words in one 128-byte row (sync loader)
     A_WORDS = BLOCK_M * (BK // 4)              # 8-byte words of one A block
     B_ROWS_WORDS = TILE_N // 4                 # 8-byte words of one B tile row
+    PIECES_PER_ROW = TILE_N * ELEMENT_BYTES // CP_ASYNC_BYTES       # cp.async gather: 16-byte pieces per B row
+    PIECES_PER_CHUNK_ROW = SWIZZLE_SPAN // CP_ASYNC_BYTES           # ... per 128-byte swizzled chunk row (8)
+    GATHER_PIECES = cfg.gather_pieces
 
     @cuda.jit(device=True, forceinline=True)
     def item_coords(item, n_plan, n_tiles_n):
@@ -367,6 +405,28 @@ def build_kernel_function(cfg: PipelineConfig):
             for j in range(B_CHUNKS):
                 tma_load_2d(dst + uint32(A_STAGE_BYTES + j * B_CHUNK_BYTES), b_map,
                             int32(n0 + j * CHUNK_ELEMS), int32(k0), bar)
+
+    @cuda.jit(device=True, forceinline=True)
+    def gather_stage_cp_async(stage, smem_base, col_index, blk, n0, thread, b_base, b_pitch, b_cols):
+        """Producer thread `thread` (0..127): its 16-byte pieces of the tile's KT gathered B rows, piece p
+        = row p // PIECES_PER_ROW, 16-byte unit p % PIECES_PER_ROW of the row's TILE_N columns, written
+        where the 1-row TMA boxes would put it (the 128-byte swizzle: unit XOR row % 8). Padding slots
+        (column -1) and columns past B's (padded) width are zero-filled: src_bytes 0 reads nothing."""
+        b_stage = smem_base + uint32(stage * STAGE_BYTES + A_STAGE_BYTES)
+        for p in range(thread, GATHER_PIECES, WARPGROUP):
+            r = p // PIECES_PER_ROW
+            q = p % PIECES_PER_ROW
+            chunk = q // PIECES_PER_CHUNK_ROW
+            unit = (q % PIECES_PER_CHUNK_ROW) ^ (r % SWIZZLE_ATOM_ROWS)
+            dst = b_stage + uint32(chunk * B_CHUNK_BYTES + r * SWIZZLE_SPAN + unit * SWIZZLE_UNIT)
+            k = col_index[blk, r]
+            col = n0 + q * (CP_ASYNC_BYTES // ELEMENT_BYTES)
+            src = b_base
+            size = uint32(0)
+            if k >= 0 and col < b_cols:
+                src = b_base + uint64(k * b_pitch + col * ELEMENT_BYTES)
+                size = uint32(CP_ASYNC_BYTES)
+            cp_async_16(dst, src, size)
 
     @cuda.jit(device=True, forceinline=True)
     def stamp(stamps, role, slot, event, stage, kblock):
@@ -446,9 +506,31 @@ def build_kernel_function(cfg: PipelineConfig):
                     tensormap_prefetch(c_map_addr)
         cuda.syncthreads()
 
-        if SPECIALIZED and wg == PRODUCER_WG:
+        if SPECIALIZED and wg == PRODUCER_WG and CP_ASYNC_GATHER:
+            # ---- producer warpgroup, cp.async gather: thread 0 loads A by TMA, all 128 gather B rows ----
+            setmaxnreg_dec(PRODUCER_NREGS)
+            thread = tid % WARPGROUP
+            b_base = global_addr(b_words)
+            b_pitch = b_words.shape[1] * 8                      # bytes per row of B (8-byte words)
+            b_cols = b_words.shape[1] * (8 // ELEMENT_BYTES)    # B's (padded) width in elements
+            stage, phase = 0, 0
+            for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
+                p, t = item_coords(item, n_plan, n_tiles_n)
+                for b in range(begins[p], ends[p]):
+                    producer_acquire(bars, stage, phase)        # every gathering thread waits for the stage
+                    if thread == 0:
+                        bar = producer_arm(bars, stage)         # the armer's arrival + the A tile's bytes
+                        dst = smem_base + uint32(stage * STAGE_BYTES)
+                        for c in range(A_CHUNKS):
+                            tma_load_2d(dst + uint32(c * A_CHUNK_BYTES), a_map_addr, int32(c * A_CHUNK_ELEMS),
+                                        int32(b * BLOCK_M), bar)
+                    gather_stage_cp_async(stage, smem_base, col_index, b, t * TILE_N, thread, b_base, b_pitch,
+                                          b_cols)
+                    cp_async_mbarrier_arrive_noinc(full_barrier(bars, stage))   # lands after this thread's pieces
+                    stage, phase = advance(stage, phase)
+        elif SPECIALIZED and wg == PRODUCER_WG:
             # ---- producer warpgroup: one elected thread of its first warp streams the ring ----
-            setmaxnreg_dec(PRODUCER_REGS)
+            setmaxnreg_dec(PRODUCER_NREGS)
             if tid // WARP == PRODUCER_WG * (WARPGROUP // WARP) and elect_one():
                 stage, phase = 0, 0
                 slot = 0
@@ -462,7 +544,7 @@ def build_kernel_function(cfg: PipelineConfig):
         else:
             # ---- consumer warpgroups ----
             if SPECIALIZED:
-                setmaxnreg_inc(CONSUMER_REGS)
+                setmaxnreg_inc(CONSUMER_NREGS)
             g = wg
             stage, phase = 0, 0                 # consumer ring position
             pstage, pphase = 0, 0               # producer ring position (thread 0, unspecialized TMA)
@@ -507,6 +589,8 @@ def build_kernel_function(cfg: PipelineConfig):
                             pslot = stamp(stamps, 0, pslot, EV_TMA_ISSUE, pstage, i + LOOKAHEAD)
                             pstage, pphase = advance(pstage, pphase)
                         consumer_wait(bars, stage, phase)
+                        if CP_ASYNC_GATHER:
+                            fence_proxy_async_shared()             # cp.async wrote B as the generic proxy
                     if recorder:
                         slot = stamp(stamps, 1 + g, slot, EV_FULL, stage, i)
                     acc = multiply_stage(acc, smem_base, stage, g)

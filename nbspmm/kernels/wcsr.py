@@ -14,6 +14,8 @@ Variants (the same rungs as BCSR where they apply; the synchronous loader is BCS
   v3        warp-specialized, non-persistent
   v2        TMA multi-stage, unspecialized
   ws-tma    ws writing C through shared memory and TMA stores (PipelineConfig.epilogue)
+  ws-cpasync  ws with the B rows gathered by the producer warpgroup's 128 threads with cp.async
+            (16-byte pieces) instead of 1-row TMA boxes (PipelineConfig.gather)
 
 Load balancing: windows with more than ``max_tiles`` tiles are split into several work items. Their
 partial tiles are combined by ``combine="atomic"`` (default: ``red.global.add`` into fp32 C, whose rows
@@ -44,6 +46,7 @@ VARIANTS = {
                          gather_b=True),
 }
 VARIANTS["ws-tma"] = replace(VARIANTS["ws"], name="wcsr-ws-tma", epilogue="tma")   # C via shared memory + TMA stores
+VARIANTS["ws-cpasync"] = replace(VARIANTS["ws"], name="wcsr-ws-cpasync", gather="cp_async")  # B rows by cp.async
 TILE_COLS = (16, 32, 64)
 # The "auto" split (prepared.one_wave_max_tiles). Pieces of at least MIN_SPLIT_TILES tiles; and a window
 # is cut only when it exceeds the one-wave share by MIN_SPLIT_EXCESS_TILES tiles or more. Measured on the
@@ -96,5 +99,6 @@ for _name, _cfg in VARIANTS.items():
                     f"fp16 in, fp32 out",
         build=(lambda cfg=_cfg: (build_kernel_function(cfg), kernel_signature(cfg),
                                  {"launch_bounds": (cfg.threads, 1)})),
-        expected_sass=("HGMMA", "UTMALDG", "SYNCS") + (("UTMASTG",) if _cfg.epilogue == "tma" else ()),
+        expected_sass=("HGMMA", "UTMALDG", "SYNCS") + (("UTMASTG",) if _cfg.epilogue == "tma" else ())
+                      + (("LDGSTS", "ARRIVES") if _cfg.gather == "cp_async" else ()),
     ))

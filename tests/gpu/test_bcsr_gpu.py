@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 import formats
-from tests.gpu.spmm_checks import block_sparse, check_product
+from tests.gpu.spmm_checks import block_sparse, check_product, poisoned_output
 
 pytestmark = pytest.mark.gpu
 
@@ -175,6 +175,13 @@ def test_baseline_matches():
 
 # ---- the shared-memory + TMA-store epilogue -------------------------------------------------------------
 
+def device_b(B):
+    """B on the device as the API takes it: float16 as is, bfloat16 as its uint16 bits."""
+    from numba import cuda
+
+    return cuda.to_device(B.view(np.uint16) if B.dtype == ml_dtypes.bfloat16 else B)
+
+
 @pytest.mark.parametrize("variant", ["v3", "v4", "pingpong"])
 @pytest.mark.parametrize("dtype,out", [(np.float16, np.float32), (np.float16, np.float16),
                                        (ml_dtypes.bfloat16, ml_dtypes.bfloat16)], ids=["f16-f32", "f16-f16", "bf16-bf16"])
@@ -187,9 +194,7 @@ def test_tma_epilogue(variant, dtype, out, N):
     B = rng.standard_normal((K, N)).astype(dtype)
     op = operator(A, variant, out_dtype=out, epilogue="tma")
     check_product(op, A, B, out, f"{variant} tma epilogue N={N}")
-    from numba import cuda
-    from tests.gpu.spmm_checks import poisoned_output
-    assert op.bind(cuda.to_device(B.view(np.uint16)), poisoned_output(M, N, out)).cfg.epilogue == "tma"
+    assert op.bind(device_b(B), poisoned_output(M, N, out)).cfg.epilogue == "tma"
 
 
 @pytest.mark.parametrize("case", ["one-dense-block-row", "empty-block-rows", "all-zero", "1x1"])
@@ -208,6 +213,4 @@ def test_tma_epilogue_falls_back_when_c_rows_are_not_16_byte_aligned():
     B = rng.standard_normal((200, 9)).astype(np.float16)
     op = operator(A, "v4", epilogue="tma")
     check_product(op, A, B, np.float32, "tma fallback N=9")
-    from numba import cuda
-    from tests.gpu.spmm_checks import poisoned_output
-    assert op.bind(cuda.to_device(B.view(np.uint16)), poisoned_output(130, 9, np.float32)).cfg.epilogue == "registers"
+    assert op.bind(device_b(B), poisoned_output(130, 9, np.float32)).cfg.epilogue == "registers"

@@ -13,6 +13,7 @@ from tests.gpu.spmm_checks import check_product
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).parents[2] / "nbspmm" / "data"
 REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
+GATHERS = ("ws", "ws-cpasync")     # B rows by 1-row TMA boxes / by the producer warpgroup's cp.async
 
 
 def operator(A_fmt, variant="ws", out_dtype=np.float32, **options):
@@ -26,11 +27,12 @@ def wcsr(A, dtype=np.float16, tile_cols=16):
     return formats.WCSR.from_scipy(A, window_rows=64, tile_cols=tile_cols, dtype=dtype)
 
 
+@pytest.mark.parametrize("variant", GATHERS)
 @pytest.mark.parametrize("name", REAL)
-def test_real_matrices(name):
+def test_real_matrices(name, variant):
     A = wcsr(load_matrix(DATA / name).matrix)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
-    check_product(operator(A), A, B, np.float32, name)
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} {name}")
 
 
 def _generated(rng):
@@ -52,7 +54,7 @@ def _generated(rng):
 
 @pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "one-column", "all-zero"])
-@pytest.mark.parametrize("variant", ["ws", "pingpong", "v3", "v2"])
+@pytest.mark.parametrize("variant", ["ws", "pingpong", "v3", "v2", "ws-cpasync"])
 def test_generated(case, variant):
     rng = np.random.default_rng(0)
     A = wcsr(_generated(rng)[case])
@@ -60,30 +62,33 @@ def test_generated(case, variant):
     check_product(operator(A, variant), A, B, np.float32, f"{variant} {case}")
 
 
+@pytest.mark.parametrize("variant", GATHERS)
 @pytest.mark.parametrize("N", [1, 7, 8, 64, 128, 256, 512])
-def test_n_range(N):
+def test_n_range(N, variant):
     rng = np.random.default_rng(N)
     A = wcsr(sp.random_array((500, 400), density=0.02, rng=rng, format="csr"))
     B = rng.standard_normal((400, N)).astype(np.float16)
-    check_product(operator(A), A, B, np.float32, f"N={N}")
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} N={N}")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
-def test_dtypes(dtype, same_out):
+@pytest.mark.parametrize("variant", GATHERS)
+def test_dtypes(dtype, same_out, variant):
     rng = np.random.default_rng(1)
     A = wcsr(sp.random_array((300, 350), density=0.03, rng=rng, format="csr"), dtype=dtype)
     B = rng.standard_normal((350, 136)).astype(dtype)
     out_dtype = dtype if same_out else np.float32
-    check_product(operator(A, out_dtype=out_dtype), A, B, out_dtype, np.dtype(dtype).name)
+    check_product(operator(A, variant, out_dtype=out_dtype), A, B, out_dtype, f"{variant} {np.dtype(dtype).name}")
 
 
+@pytest.mark.parametrize("variant", GATHERS)
 @pytest.mark.parametrize("tile_cols", [16, 32, 64])
-def test_tile_widths(tile_cols):
+def test_tile_widths(tile_cols, variant):
     rng = np.random.default_rng(tile_cols)
     A = wcsr(sp.random_array((400, 600), density=0.05, rng=rng, format="csr"), tile_cols=tile_cols)
     B = rng.standard_normal((600, 100)).astype(np.float16)
-    check_product(operator(A), A, B, np.float32, f"KT={tile_cols}")
+    check_product(operator(A, variant), A, B, np.float32, f"{variant} KT={tile_cols}")
 
 
 @pytest.mark.parametrize("max_tiles", [None, 1, 3])
@@ -119,7 +124,7 @@ def test_two_pass_splits_with_16bit_output(dtype):
     check_product(op, A, B, dtype, f"two_pass {np.dtype(dtype).name}")
 
 
-@pytest.mark.parametrize("variant", ["ws", "pingpong"])
+@pytest.mark.parametrize("variant", ["ws", "pingpong", "ws-cpasync"])
 @pytest.mark.parametrize("max_tiles", [None, "auto"])
 def test_persistent_ctas_with_many_long_items(variant, max_tiles):
     """Several items per persistent CTA, each longer than the 8-stage ring (79 windows of ~170 tiles,
