@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.device import require_hopper
-from nbspmm.kernels import baseline_launch, bcsr, wcsr   # kernel modules compile nothing on import
+from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
 
@@ -38,6 +38,7 @@ KERNELS = {
     "bcsr": {**{name: bcsr.prepare for name in [bcsr.DEFAULT_VARIANT, *bcsr.VARIANTS]},
              "baseline": baseline_launch.prepare},
     "wcsr": {**{name: wcsr.prepare for name in wcsr.VARIANTS}, "baseline": baseline_launch.prepare},
+    "csr": {"rows": rows.prepare},
 }
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
@@ -67,8 +68,8 @@ def bcsr_to_wcsr_bytes(A: sp.csr_matrix, wcsr: formats.WCSR, block_shape=(64, 64
 
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
-    if isinstance(A, (formats.BCSR, formats.WCSR)):
-        given = "bcsr" if isinstance(A, formats.BCSR) else "wcsr"
+    if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR)):
+        given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr"}[type(A)]
         if fmt not in ("auto", given):
             raise ValueError(f"A is already a {given.upper()} but format={fmt!r} was asked for")
         if dtype is not None and np.dtype(dtype) != np.dtype(A.dtype):
@@ -79,6 +80,8 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
         return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
     if fmt == "wcsr":
         return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+    if fmt == "csr":
+        return "csr", formats.CSR.from_scipy(A, dtype=dtype)
     if fmt == "auto":
         A = sp.csr_matrix(A)          # duplicates and unsorted indices are fine: the ratio counts unique blocks
         wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
@@ -91,7 +94,7 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
 class SpMMOperator:
     """A sparse matrix prepared on the GPU for repeated products ``C = A @ B``.
 
-    Parameters: ``format`` "auto" | "bcsr" | "wcsr"; ``kernel`` a kernel name of that format (see
+    Parameters: ``format`` "auto" | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices); ``kernel`` a kernel name of that format (see
     ``KERNELS``; default: the first listed); ``dtype`` the input precision (float16 or
     ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32 (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the

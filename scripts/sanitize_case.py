@@ -27,6 +27,9 @@ if fmt_name == "bcsr":
     A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
     persistent = variant.split("-")[0] in ("v4", "wide", "pingpong")   # the persistent variants get split rows
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 2} if persistent else {}), **options)
+elif fmt_name == "csr":
+    A = formats.CSR.from_scipy(dense, dtype=np.float16)
+    op = SpMMOperator(A, kernel=variant or "rows")
 else:
     A = formats.WCSR.from_scipy(dense, window_rows=64, tile_cols=16, dtype=np.float16)
     op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, experimental=True, **options)

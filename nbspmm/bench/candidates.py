@@ -97,10 +97,11 @@ NBSPMM_FORMATS = {
     "bcsr": {"format": "bcsr"},
     "wcsr": {"format": "wcsr"},
     "baseline": {"format": "wcsr", "kernel": "baseline"},
+    "csr": {"format": "csr"},
 }
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr"}
+NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,

@@ -60,7 +60,11 @@ for _name in ("v4", "pingpong"):
     VARIANTS[f"{_name}-tma"] = fit_stages(replace(VARIANTS[_name], name=f"{_name}-tma", epilogue="tma", stages=1),
                                           WANTED_STAGES[_name])
     WANTED_STAGES[f"{_name}-tma"] = WANTED_STAGES[_name]
-DEFAULT_VARIANT = "v4"
+# The default: v4 with the TMA-store epilogue. Measured on the H200 (2026-12-03, commit 10f3794, bench
+# --suite llm, 7 Qwen2.5-7B layers x 16K/32K/64K tokens, geomean over dense cuBLAS): fp16 output 4.32x
+# (registers: 3.19x), fp32 output 3.64x (3.32x); on the 13 small real matrices (N = 128) the two are
+# within 1% (BENCHMARKS.md).
+DEFAULT_VARIANT = "v4-tma"
 # The "auto" split of block rows (the default; prepared.one_wave_max_tiles): pieces of at least
 # MIN_SPLIT_BLOCKS blocks. Measured on the H200 (2026-12-03, scripts/tune.py skew: 4096 × 65536, 2% of
 # the blocks plus one full block row of 1024 blocks): no split 397 µs (N = 1024) / 792 µs (N = 8192);

@@ -154,6 +154,22 @@ def tma_can_store(C) -> bool:
     return C.ptr % TMA_STRIDE_ALIGN == 0 and C.strides[0] % TMA_STRIDE_ALIGN == 0 and C.strides[1] == C.dtype.itemsize
 
 
+def launch_cached(prepared, B, C) -> None:
+    """Enqueue ``prepared``'s product for (B, C) through its cache of bound products
+    (``prepared._bound``, an OrderedDict; ``prepared.bind(B, C)`` on a miss), least recently used dropped."""
+    B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
+    C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
+    key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
+    bound = prepared._bound.get(key)
+    if bound is None:
+        if len(prepared._bound) >= BOUND_CACHE_SIZE:
+            prepared._bound.popitem(last=False)          # least recently used first
+        bound = prepared._bound[key] = prepared.bind(B, C)
+    else:
+        prepared._bound.move_to_end(key)
+    bound()
+
+
 class BoundProduct:
     """``C = A @ B`` for one pair of (B, C) buffers, every launch packed. A product called again is
     replayed as one CUDA graph of all its kernels (pad / zero / main / reduce) with one ``cuGraphLaunch``,
@@ -337,20 +353,10 @@ class PreparedPipeline:
     def launch(self, B, C, stamps=None) -> None:
         """Enqueue C = A @ B, through the bound product of this (B, C) pair (bound on first use).
         `stamps`: the timeline buffer of an instrumented configuration (bound afresh, not cached)."""
-        B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
-        C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
         if stamps is not None:
             self.bind(B, C, stamps)()
             return
-        key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
-        bound = self._bound.get(key)
-        if bound is None:
-            if len(self._bound) >= BOUND_CACHE_SIZE:
-                self._bound.popitem(last=False)          # least recently used first
-            bound = self._bound[key] = self.bind(B, C)
-        else:
-            self._bound.move_to_end(key)
-        bound()
+        launch_cached(self, B, C)
 
 
 ROLE_NAMES = ("producer", "consumer0", "consumer1")

@@ -28,6 +28,7 @@ _KERNELS: dict[str, KernelSpec] = {}
 _KERNEL_MODULES = (
     "nbspmm.kernels.teaching",
     "nbspmm.kernels.baseline",
+    "nbspmm.kernels.rows",
     "nbspmm.kernels.bcsr",
     "nbspmm.kernels.wcsr",
 )

@@ -1,0 +1,97 @@
+"""The CSR row kernel (CUDA cores, for scattered matrices) on the H200, against scipy in float64."""
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import formats
+from nbspmm.bench.suites import load_matrix
+from tests.gpu.spmm_checks import check_product
+
+pytestmark = pytest.mark.gpu
+DATA = Path(__file__).parents[2] / "nbspmm" / "data"
+REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
+
+
+def operator(A_fmt, out_dtype=np.float32):
+    from nbspmm.api import SpMMOperator
+
+    return SpMMOperator(A_fmt, format="csr", out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_matrices(name):
+    A = formats.CSR.from_scipy(load_matrix(DATA / name).matrix)
+    B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, f"csr {name}")
+
+
+def _generated(rng):
+    M, K = 700, 900
+    arrow = sp.random_array((M, K), density=0.002, rng=rng, format="lil")
+    arrow[3, :] = rng.standard_normal(K)                      # one row holds most of the nonzeros
+    empty_rows = sp.random_array((M, K), density=0.01, rng=rng, format="csr").toarray()
+    empty_rows[64:256] = 0
+    return {
+        "arrow": sp.csr_array(arrow),
+        "empty-rows": sp.csr_array(empty_rows),
+        "rectangular-wide": sp.random_array((130, 5000), density=0.01, rng=rng, format="csr"),
+        "rectangular-tall": sp.random_array((5000, 70), density=0.05, rng=rng, format="csr"),
+        "one-row": sp.random_array((1, 300), density=0.3, rng=rng, format="csr"),
+        "one-column": sp.random_array((300, 1), density=0.3, rng=rng, format="csr"),
+        "all-zero": sp.csr_array((100, 100)),
+        "power-law": sp.csr_array(_power_law(rng, 3000, 3000, 20000)),
+    }
+
+
+def _power_law(rng, m, k, nnz):
+    rows = np.minimum((rng.pareto(1.2, nnz) * 3).astype(np.int64), m - 1)
+    cols = rng.integers(0, k, nnz)
+    return sp.coo_array((rng.standard_normal(nnz), (rows, cols)), shape=(m, k))
+
+
+@pytest.mark.parametrize("case", ["arrow", "empty-rows", "rectangular-wide", "rectangular-tall", "one-row",
+                                  "one-column", "all-zero", "power-law"])
+def test_generated(case):
+    rng = np.random.default_rng(0)
+    A = formats.CSR.from_scipy(_generated(rng)[case])
+    B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, f"csr {case}")
+
+
+@pytest.mark.parametrize("N", [1, 7, 8, 31, 64, 127, 128, 129, 300, 512])
+def test_n_range(N):
+    rng = np.random.default_rng(N)
+    A = formats.CSR.from_scipy(sp.random_array((500, 400), density=0.02, rng=rng, format="csr"))
+    B = rng.standard_normal((400, N)).astype(np.float16)
+    check_product(operator(A), A, B, np.float32, f"csr N={N}")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
+def test_dtypes(dtype, same_out):
+    rng = np.random.default_rng(1)
+    A = formats.CSR.from_scipy(sp.random_array((300, 350), density=0.03, rng=rng, format="csr"), dtype=dtype)
+    B = rng.standard_normal((350, 136)).astype(dtype)
+    out_dtype = dtype if same_out else np.float32
+    check_product(operator(A, out_dtype), A, B, out_dtype, f"csr {np.dtype(dtype).name}")
+
+
+def test_bound_product_replays():
+    """A bound product called again replays a CUDA graph: the same result, bit for bit."""
+    from numba import cuda
+
+    rng = np.random.default_rng(2)
+    A = formats.CSR.from_scipy(sp.random_array((1000, 800), density=0.01, rng=rng, format="csr"))
+    B = cuda.to_device(rng.standard_normal((800, 200)).astype(np.float16))
+    op = operator(A)
+    C = cuda.device_array((1000, 200), np.float32)
+    product = op.bind(B, C)
+    product()
+    first = C.copy_to_host()
+    for _ in range(3):
+        C.copy_to_device(np.full((1000, 200), np.nan, np.float32))
+        product()
+        assert np.array_equal(C.copy_to_host(), first)
