@@ -19,6 +19,26 @@ def test_sass_shares_nonzeros_by_shuffle_and_keeps_registers(in_kind, out_kind):
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass
 
 
+def test_work_items_cut_long_rows_only():
+    indptr = np.array([0, 3, 3, 600, 601])
+    row, begin, end, shared = rows.work_items(indptr, 256)
+    assert row.tolist() == [0, 1, 2, 2, 2, 3]                       # the empty row keeps an item (it writes zeros)
+    assert begin.tolist() == [0, 3, 3, 259, 515, 600] and end.tolist() == [3, 3, 259, 515, 600, 601]
+    assert shared.tolist() == [0, 0, 1, 1, 1, 0]
+    row, begin, end, shared = rows.work_items(indptr, None)
+    assert row.tolist() == [0, 1, 2, 3] and end.tolist() == [3, 3, 600, 601] and not shared.any()
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 1000, 200)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    row, begin, end, _ = rows.work_items(indptr, 37)
+    assert (end - begin).max() <= 37 and (end >= begin).all()
+    covered = np.zeros(indptr[-1], int)
+    for b, e in zip(begin, end):
+        covered[b:e] += 1
+    assert (covered == 1).all()                                      # every nonzero in exactly one item
+    assert ((begin >= indptr[row]) & (end <= indptr[row + 1])).all()
+
+
 def test_grid_covers_rows_and_column_slices():
     assert rows.SLICE_COLS == 128 and rows.THREADS == 256
     assert rows.grid_size(1, 1) == (1, 1)

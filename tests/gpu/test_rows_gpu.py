@@ -15,10 +15,10 @@ DATA = Path(__file__).parents[2] / "nbspmm" / "data"
 REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
 
 
-def operator(A_fmt, out_dtype=np.float32):
+def operator(A_fmt, out_dtype=np.float32, **options):
     from nbspmm.api import SpMMOperator
 
-    return SpMMOperator(A_fmt, format="csr", out_dtype=out_dtype)
+    return SpMMOperator(A_fmt, format="csr", out_dtype=out_dtype, **options)
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -95,3 +95,22 @@ def test_bound_product_replays():
         C.copy_to_device(np.full((1000, 200), np.nan, np.float32))
         product()
         assert np.array_equal(C.copy_to_host(), first)
+
+
+@pytest.mark.parametrize("max_nonzeros", [1, 3, 32, 33, None])
+def test_cut_rows(max_nonzeros):
+    """Rows cut into items of at most `max_nonzeros` nonzeros, their partial rows added atomically into
+    zeroed rows of C (the arrow's long row is cut by the default too)."""
+    rng = np.random.default_rng(6)
+    A = formats.CSR.from_scipy(_generated(rng)["arrow"])
+    B = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
+    check_product(operator(A, max_nonzeros=max_nonzeros), A, B, np.float32, f"csr cut at {max_nonzeros}")
+
+
+def test_16bit_output_never_cuts_and_cutting_it_is_refused():
+    rng = np.random.default_rng(7)
+    A = formats.CSR.from_scipy(_generated(rng)["arrow"])
+    B = rng.standard_normal((A.shape[1], 64)).astype(np.float16)
+    check_product(operator(A, np.float16), A, B, np.float16, "csr arrow, fp16 out, uncut")
+    with pytest.raises(ValueError, match="atomically in fp32"):
+        operator(A, np.float16, max_nonzeros=16)
