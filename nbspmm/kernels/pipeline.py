@@ -2,10 +2,11 @@
 
 A ring of S stages, each with two mbarriers (PTX ISA §9.7.13.15, "mbarrier"):
 
-  full[s]   count 1 (plus one per cp.async-gathering thread, see make_ring). The producer arms it with ``mbarrier.arrive.expect_tx(bytes of one stage)``, which is
-            its one arrival *and* announces how many bytes the copies will deliver; each TMA copy into the
-            stage decrements the transaction count by the bytes it lands (``complete_tx``). The phase
-            completes when the arrival has happened and the count is back to zero: the stage is loaded.
+  full[s]   count 1 (plus one per cp.async-gathering thread, see make_ring). The producer arms it with
+            ``mbarrier.arrive.expect_tx(bytes of one stage)``, which is its one arrival *and* announces
+            how many bytes the copies will deliver; each TMA copy into the stage decrements the
+            transaction count by the bytes it lands (``complete_tx``). The phase completes when the
+            arrivals have happened and the count is back to zero: the stage is loaded.
   empty[s]  count = consumer arrivals per stage (one per consumer warp). Consumers arrive once the
             wgmma that read the stage has completed; then the producer may overwrite it.
 

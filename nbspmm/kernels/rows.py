@@ -211,20 +211,22 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
     if max_nonzeros == "auto":
         max_nonzeros = MAX_ITEM_NONZEROS if out_kind == "f32" else None
     if max_nonzeros is not None and out_kind != "f32":
-        raise ValueError("cut rows add their partial rows atomically in fp32: use out_dtype=float32 or max_nonzeros=None")
+        raise ValueError("cut rows add their partial rows atomically in fp32: "
+                         "use out_dtype=float32 or max_nonzeros=None")
     items = work_items(np.asarray(fmt.indptr), max_nonzeros)
     cut = np.unique(items[0][items[3] != 0]).astype(np.int32)
     # An empty matrix still gets one (unread) entry, so that every argument is a real device array.
     indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)
     data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
     arrays = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (indices, data))
-    return PreparedRows("csr-rows", tuple(fmt.shape), in_kind, out_kind, tuple(cuda.to_device(a) for a in items),
-                        cuda.to_device(cut) if cut.size else None, arrays)
+    return PreparedRows("csr-rows", tuple(fmt.shape), in_kind, out_kind,
+                        tuple(cuda.to_device(a) for a in items), cuda.to_device(cut) if cut.size else None, arrays)
 
 
 register(KernelSpec(
     name="csr-rows",
-    description="CSR SpMM on CUDA cores: a warp per (row, 128 columns), nonzeros shared by shfl.sync; fp16 in, fp32 out",
+    description="CSR SpMM on CUDA cores: a warp per (work item of a row, 128 columns), nonzeros shared by "
+                "shfl.sync; fp16 in, fp32 out",
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": (THREADS, 1)}),
     expected_sass=("SHFL", "LDG", "FFMA"),
 ))
