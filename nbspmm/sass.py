@@ -4,6 +4,7 @@
     python -m nbspmm sass tma_wgmma_tile              # SASS, then a one-line summary
     python -m nbspmm sass bcsr --grep 'HGMMA|UTMALDG' # only matching lines (+ the summary)
     python -m nbspmm sass bcsr --ptx                  # the PTX instead
+    python -m nbspmm sass --fingerprint               # every kernel's instruction-stream hash
 
 The summary gives registers, spills, static shared memory and the counts of the instructions that show
 the asynchronous machinery is really there (HGMMA, UTMALDG, UTMASTG, UBLKCP, SYNCS, ...), and checks the
@@ -15,7 +16,8 @@ import re
 import sys
 
 from nbspmm.kernels import registry
-from ptx_snippets.inspect import KernelInspection, inspect_kernel, missing_instructions, mnemonic_counts
+from ptx_snippets.inspect import (KernelInspection, fingerprint, inspect_kernel, missing_instructions,
+                                  mnemonic_counts)
 
 # Instruction families counted in the summary line.
 SUMMARY_MNEMONICS = ("HGMMA", "UTMALDG", "UTMASTG", "UBLKCP", "UTMACCTL", "SYNCS", "ELECT", "USETMAXREG",
@@ -44,12 +46,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ptx", action="store_true", help="print the PTX instead of the SASS")
     parser.add_argument("--grep", metavar="PATTERN", help="print only the lines matching this regular expression")
     parser.add_argument("--summary", action="store_true", help="print only the summary line")
+    parser.add_argument("--fingerprint", action="store_true",
+                        help="print the hash of each kernel's instruction stream (the named one, or all): equal "
+                             "hashes mean the same machine code as a build verified on the GPU")
 
 
 def run(args) -> int:
     if args.list:
         for name in registry.names():
             print(f"{name:24s} {registry.get(name).description}")
+        return 0
+    if args.fingerprint:
+        for name in [args.kernel] if args.kernel else registry.names():
+            print(f"{name:24s} {fingerprint(inspect_registered(name).sass)}")
         return 0
     if not args.kernel:
         print("python -m nbspmm sass: name a kernel (or --list)", file=sys.stderr)

@@ -260,6 +260,20 @@ def opcode_counts(sass: str) -> Counter:
     return Counter(m.group(1) for m in map(_SASS_LINE.match, sass.splitlines()) if m)
 
 
+# The instruction text of a SASS line, without its address and encoding: "@P0 SYNCS.EXCH.64 URZ, [UR6], UR4"
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
+
+
+def fingerprint(sass: str) -> str:
+    """A short hash (SHA-1, 12 hex digits) of the instruction stream — every instruction with its
+    operands, in order, without addresses. Two builds with the same fingerprint run the same machine
+    code: a kernel whose fingerprint equals the one its GPU tests ran on needs no new GPU run."""
+    import hashlib
+
+    stream = "\n".join(m.group(1) for m in map(_SASS_INSTRUCTION.match, sass.splitlines()) if m)
+    return hashlib.sha1(stream.encode()).hexdigest()[:12]
+
+
 def missing_instructions(sass: str, expected_prefixes: Iterable[str]) -> list[str]:
     ops = instructions(sass)
     return [p for p in expected_prefixes if not any(op.startswith(p) for op in ops)]

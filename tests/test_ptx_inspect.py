@@ -107,3 +107,11 @@ def test_gpu_test_kernels_compile_for_sm90a():
     for fn, sig, opts in ptx_cases.all_sources():
         result = insp.inspect_kernel(fn, sig, **opts)
         assert result.info.registers is not None, fn.__name__
+
+
+def test_fingerprint_hashes_the_instructions_not_their_addresses():
+    moved = "\n".join(line.replace("/*06", "/*16") for line in SAMPLE_SASS.splitlines())
+    assert insp.fingerprint(moved) == insp.fingerprint(SAMPLE_SASS)
+    assert len(insp.fingerprint(SAMPLE_SASS)) == 12
+    changed = SAMPLE_SASS.replace("R24, gdesc[UR4].tnspB, R24", "R26, gdesc[UR4].tnspB, R26")
+    assert insp.fingerprint(changed) != insp.fingerprint(SAMPLE_SASS)

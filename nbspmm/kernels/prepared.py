@@ -151,7 +151,8 @@ def one_wave_max_tiles(fmt, out_kind: str, combine: str = "atomic", *, min_tiles
 
 def tma_can_store(C) -> bool:
     """Whether a TMA store can address C: base and row pitch multiples of 16 bytes (tensor-map rules)."""
-    return C.ptr % TMA_STRIDE_ALIGN == 0 and C.strides[0] % TMA_STRIDE_ALIGN == 0 and C.strides[1] == C.dtype.itemsize
+    aligned = C.ptr % TMA_STRIDE_ALIGN == 0 and C.strides[0] % TMA_STRIDE_ALIGN == 0
+    return aligned and C.strides[1] == C.dtype.itemsize
 
 
 def launch_cached(prepared, B, C) -> None:

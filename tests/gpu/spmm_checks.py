@@ -74,3 +74,21 @@ def check_product(op, A_fmt, B, out_dtype, label=""):
         raise AssertionError(f"{label}: rel error {rel:.3e} >= {bound:.1e}; first bad (row, col) {first}: "
                              f"got {C[first] if first else None}, want {ref[first] if first else None}")
     return rel
+
+
+def irregular_matrices(rng) -> dict:
+    """The adversarial irregular shapes of the WCSR and CSR tests, as scipy CSR arrays."""
+    M, K = 700, 900
+    arrow = sp.random_array((M, K), density=0.002, rng=rng, format="lil")
+    arrow[3, :] = rng.standard_normal(K)                      # one row holds most of the nonzeros
+    empty_windows = sp.random_array((M, K), density=0.01, rng=rng, format="csr").toarray()
+    empty_windows[64:256] = 0                                  # rows 64..255 (windows 1..3) empty
+    return {
+        "arrow": sp.csr_array(arrow),
+        "empty-windows": sp.csr_array(empty_windows),
+        "rectangular-wide": sp.random_array((130, 5000), density=0.01, rng=rng, format="csr"),
+        "rectangular-tall": sp.random_array((5000, 70), density=0.05, rng=rng, format="csr"),
+        "one-row": sp.random_array((1, 300), density=0.3, rng=rng, format="csr"),
+        "one-column": sp.random_array((300, 1), density=0.3, rng=rng, format="csr"),
+        "all-zero": sp.csr_array((100, 100)),
+    }

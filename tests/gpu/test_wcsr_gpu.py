@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.bench.suites import load_matrix
-from tests.gpu.spmm_checks import check_product
+from tests.gpu.spmm_checks import check_product, irregular_matrices
 
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).parents[2] / "nbspmm" / "data"
@@ -35,29 +35,14 @@ def test_real_matrices(name, variant):
     check_product(operator(A, variant), A, B, np.float32, f"{variant} {name}")
 
 
-def _generated(rng):
-    M, K = 700, 900
-    arrow = sp.random_array((M, K), density=0.002, rng=rng, format="lil")
-    arrow[3, :] = rng.standard_normal(K)                      # one row holds most of the nonzeros
-    empty_windows = sp.random_array((M, K), density=0.01, rng=rng, format="csr").toarray()
-    empty_windows[64:256] = 0                                  # windows 1..3 empty
-    return {
-        "arrow": sp.csr_array(arrow),
-        "empty-windows": sp.csr_array(empty_windows),
-        "rectangular-wide": sp.random_array((130, 5000), density=0.01, rng=rng, format="csr"),
-        "rectangular-tall": sp.random_array((5000, 70), density=0.05, rng=rng, format="csr"),
-        "one-row": sp.random_array((1, 300), density=0.3, rng=rng, format="csr"),
-        "one-column": sp.random_array((300, 1), density=0.3, rng=rng, format="csr"),
-        "all-zero": sp.csr_array((100, 100)),
-    }
 
 
 @pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "one-column", "all-zero"])
 @pytest.mark.parametrize("variant", ["ws", "pingpong", "v3", "v2", "ws-cpasync"])
-def test_generated(case, variant):
+def testirregular_matrices(case, variant):
     rng = np.random.default_rng(0)
-    A = wcsr(_generated(rng)[case])
+    A = wcsr(irregular_matrices(rng)[case])
     B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
     check_product(operator(A, variant), A, B, np.float32, f"{variant} {case}")
 
@@ -94,7 +79,7 @@ def test_tile_widths(tile_cols, variant):
 @pytest.mark.parametrize("max_tiles", [None, 1, 3])
 def test_split_and_unsplit(max_tiles):
     rng = np.random.default_rng(2)
-    A = wcsr(_generated(rng)["arrow"])
+    A = wcsr(irregular_matrices(rng)["arrow"])
     B = rng.standard_normal((A.shape[1], 128)).astype(np.float16)
     op = operator(A, max_tiles=max_tiles)
     assert bool(np.asarray(op.plan.shared).any()) == (max_tiles is not None)
@@ -105,7 +90,7 @@ def test_split_and_unsplit(max_tiles):
 @pytest.mark.parametrize("max_tiles", [1, 3])
 def test_two_pass_is_correct_and_bit_identical(variant, max_tiles):
     rng = np.random.default_rng(4)
-    A = wcsr(_generated(rng)["arrow"])
+    A = wcsr(irregular_matrices(rng)["arrow"])
     B = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
     op = operator(A, variant, max_tiles=max_tiles, combine="two_pass")
     assert np.asarray(op.plan.shared).any()
@@ -118,7 +103,7 @@ def test_two_pass_is_correct_and_bit_identical(variant, max_tiles):
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 def test_two_pass_splits_with_16bit_output(dtype):
     rng = np.random.default_rng(5)
-    A = wcsr(_generated(rng)["arrow"], dtype=dtype)
+    A = wcsr(irregular_matrices(rng)["arrow"], dtype=dtype)
     B = rng.standard_normal((A.shape[1], 64)).astype(dtype)
     op = operator(A, out_dtype=dtype, max_tiles=2, combine="two_pass")
     check_product(op, A, B, dtype, f"two_pass {np.dtype(dtype).name}")
