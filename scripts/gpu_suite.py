@@ -43,6 +43,9 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 RECORD: list[dict] = []      # per-module GPU test counts, written to gpu_tests.json for the notebooks
 
 
+TIMEOUT_RC = 124                  # run_logged's status for a process killed at its time limit (as timeout(1))
+
+
 def run_logged(cmd, log_path: Path, env=None, timeout=None) -> tuple[int, float]:
     t0 = time.time()
     with open(log_path, "w") as log:
@@ -53,7 +56,7 @@ def run_logged(cmd, log_path: Path, env=None, timeout=None) -> tuple[int, float]
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             log.write(f"\nTIMEOUT after {timeout} s\n")
-            rc = 124
+            rc = TIMEOUT_RC
     return rc, time.time() - t0
 
 
@@ -107,7 +110,6 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400)
             f.write(module_log.read_text(errors="replace"))
         if rc == 5:      # pytest: no tests selected by the pattern in this module
             continue
-        total_rc |= rc
         passed = failed = skipped = 0
         if xml_path.exists():
             for case in ET.parse(xml_path).getroot().iter("testcase"):
@@ -117,8 +119,15 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400)
                     skipped += 1
                 else:
                     passed += 1
+        note = ""
+        # pytest writes the JUnit file when its session ends: a module that ran past the limit but left
+        # that file with every test passed was killed at exit (seen on the H200: 163 bcsr tests passed
+        # in 277 s, then the interpreter's teardown overran the 290-s limit), not in a test.
+        if rc == TIMEOUT_RC and xml_path.exists() and passed and not failed:
+            rc, note = 0, " (all passed; the process overran the limit at exit)"
+        total_rc |= rc
         verdict = "PASS" if rc == 0 and passed else f"FAIL rc={rc}"
-        rows.append((module.stem, verdict, f"{passed} passed, {failed} failed, {skipped} skipped, {secs:.0f} s"))
+        rows.append((module.stem, verdict, f"{passed} passed, {failed} failed, {skipped} skipped, {secs:.0f} s{note}"))
         RECORD.append({"module": module.stem, "passed": passed, "failed": failed, "skipped": skipped,
                        "seconds": round(secs, 1)})
     return rows
