@@ -309,6 +309,78 @@ def _shared_store_intrinsic(name: str, n: int, kind: str):
     return intrinsic(make_typer(name, ["acc", "base", "row0", "col0"], impl))
 
 
+# ---- transposed epilogues (the swapped orientation: D = Bᵀ-slice · Aᵀ) ---------------------------------------
+# With the sparse tile as wgmma's B operand, an accumulator holds a 64 × n tile of Cᵀ: its row m is column
+# m of a 64-column slice of C, its column c is row c of C. A warpgroup may hold several such slices (the
+# slices' columns of C follow one another, WGMMA_M apart).
+
+def _transposed_tile_intrinsic(name: str, n: int, slices: int, kind: str, mode: str):
+    """The intrinsic ``name(accs, out, row0, col0, r0, c0)``: accs a UniTuple of `slices` accumulators;
+    register reg of slice j (at (r0, c0) + its offset in the 64 × n tile) goes to out[row0 + col,
+    col0 + j·64 + row], stored (mode "store") or added with red.global.add (mode "add")."""
+    nacc = accumulator_size(n)
+    offsets = _offsets(n)
+    wrapper = f"make_fragment_{'store' if mode == 'store' else 'atomic_add'}_transposed({n}, {slices}, {kind!r})"
+    acc_ty = types.UniTuple(types.float32, nacc)
+
+    def impl(typingctx, accs, out, row0, col0, r0, c0):
+        if not (isinstance(accs, types.UniTuple) and accs.count == slices and accs.dtype == acc_ty):
+            raise PTXUsageError(f"{wrapper}: accs must be a tuple of {slices} accumulators of {nacc} float32, got {accs}")
+        check_array(wrapper, "out", out, ndim=2, layout="C", dtypes=(_ELEMENT[kind][0],))
+        for arg, value in (("row0", row0), ("col0", col0), ("r0", r0), ("c0", c0)):
+            check_integer(wrapper, arg, value)
+
+        def codegen(context, builder, sig, args):
+            accs_v, out_v, base_row, base_col, r, c = args
+            ary = context.make_array(sig.args[1])(context, builder, value=out_v)
+            n_rows, n_cols = cgutils.unpack_tuple(builder, ary.shape, 2)
+            for j in range(slices):
+                acc_v = builder.extract_value(accs_v, j)
+                for reg, dr, dc in offsets:
+                    out_row = builder.add(base_row, builder.add(c, I64(dc)))            # tile column -> C row
+                    out_col = builder.add(base_col, builder.add(r, I64(dr + j * WGMMA_M)))  # tile row -> C column
+                    inside = builder.and_(builder.icmp_signed("<", out_row, n_rows),
+                                          builder.icmp_signed("<", out_col, n_cols))
+                    with builder.if_then(inside):
+                        ptr = _element_ptr(builder, ary.data, n_cols, out_row, out_col)
+                        value = builder.extract_value(acc_v, reg)
+                        if mode == "add":
+                            _emit_red(builder, ptr, value, kind)
+                        else:
+                            builder.store(_convert(builder, value, kind), ptr)
+            return context.get_dummy_value()
+
+        return types.void(accs, out, types.int64, types.int64, types.int64, types.int64), codegen
+
+    return intrinsic(make_typer(name, ["accs", "out", "row0", "col0", "r0", "c0"], impl))
+
+
+def make_fragment_store_transposed(n: int, slices: int, out_kind: str = "f32", mode: str = "store"):
+    """``store(accs, out, row0, col0, thread)``: write `slices` accumulators of m64n{n} — each a 64 × n
+    tile of Cᵀ — transposed into `out`: register (m, c) of slice j goes to out[row0 + c, col0 + 64·j + m],
+    skipping elements past out's shape. mode "store" (any output kind) or "add" (``red.global.add``, as
+    :func:`make_fragment_atomic_add`). A warp's store instruction writes 8 consecutive columns of 4 rows
+    of C: whole 32-byte sectors for fp32. Cached per arguments."""
+    _check_n("make_fragment_store_transposed", n)
+    check_int_value("make_fragment_store_transposed", "slices", slices, lo=1, hi=WGMMA_N_MAX // WGMMA_M)
+    if out_kind not in OUT_KINDS or mode not in ("store", "add"):
+        raise PTXUsageError(f"make_fragment_store_transposed: out_kind must be one of {OUT_KINDS} and mode "
+                            f"'store' or 'add'; got {out_kind!r}, {mode!r}")
+    return _make_fragment_store_transposed(int(n), int(slices), out_kind, mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_store_transposed(n: int, slices: int, kind: str, mode: str):
+    tile = _transposed_tile_intrinsic(f"{mode}_transposed_n{n}_x{slices}_{kind}", n, slices, kind, mode)
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_store_transposed(accs, out, row0, col0, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(accs, out, row0, col0, r, c)
+
+    return fragment_store_transposed
+
+
 def _load_intrinsic(name: str, n: int, kind: str):
     nacc = accumulator_size(n)
     offsets = _offsets(n)

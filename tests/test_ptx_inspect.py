@@ -115,3 +115,11 @@ def test_fingerprint_hashes_the_instructions_not_their_addresses():
     assert len(insp.fingerprint(SAMPLE_SASS)) == 12
     changed = SAMPLE_SASS.replace("R24, gdesc[UR4].tnspB, R24", "R26, gdesc[UR4].tnspB, R26")
     assert insp.fingerprint(changed) != insp.fingerprint(SAMPLE_SASS)
+
+
+
+def test_fingerprint_ignores_symbol_names():
+    call = "        /*0100*/                   RET.REL.NODEC R28 `(_ZN6kernelB2v1) ;"
+    other = "        /*0100*/                   RET.REL.NODEC R28 `(_ZN6kernelB3v84) ;"
+    assert insp.fingerprint(call) == insp.fingerprint(other)
+    assert insp.fingerprint(call) != insp.fingerprint(call.replace("R28", "R30"))

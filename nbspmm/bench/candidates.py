@@ -98,10 +98,11 @@ NBSPMM_FORMATS = {
     "wcsr": {"format": "wcsr"},
     "baseline": {"format": "wcsr", "kernel": "baseline"},
     "csr": {"format": "csr"},
+    "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
 }
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr"}
+NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,

@@ -45,7 +45,7 @@ ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP,
 class SparseOperand:
     """What the pipeline needs of a sparse format, on the host (built by bcsr.operand / wcsr.operand).
 
-    values:    16-bit values of every A tile stacked as a (tiles · 64) × BK matrix (uint16 view);
+    values:    16-bit values of every A tile stacked as a (tiles · unit rows) × BK matrix (uint16 view);
     col_index: int32 (tiles, 1) block columns (BCSR) or (tiles, KT) condensed columns, -1 = padding (WCSR);
     plan:      the formats.SplitPlan of the work items (unit = block row / window).
     """
@@ -68,32 +68,35 @@ def _copy_padded(src, dst):
         dst[i // n, i % n] = src[i // n, i % n]
 
 
-def _zero_unit_rows(C, unit_rows):
-    """Zero C's rows of the listed 64-row units (split units whose items add into them)."""
-    i = cuda.grid(1)
-    n = C.shape[1]
-    if i < unit_rows.shape[0] * BLOCK_M * n:
-        local, c = i // n, i % n
-        row = unit_rows[local // BLOCK_M] * BLOCK_M + local % BLOCK_M
-        if row < C.shape[0]:
-            C[row, c] = 0
+def _make_zero_unit_rows(height: int):
+    def zero_unit_rows(C, units):
+        """Zero C's rows of the listed units of `height` rows (split units whose items add into them)."""
+        i = cuda.grid(1)
+        n = C.shape[1]
+        if i < units.shape[0] * height * n:
+            local, c = i // n, i % n
+            row = units[local // height] * height + local % height
+            if row < C.shape[0]:
+                C[row, c] = 0
+
+    return zero_unit_rows
 
 
-def _make_reduce_partials(out_kind: str):
+def _make_reduce_partials(out_kind: str, height: int):
     to_out = make_storer(out_kind)
 
-    def reduce_partials(partials, slot_ptr, unit_rows, C):
+    def reduce_partials(partials, slot_ptr, units, C):
         """C[unit rows] = the sum of the unit's partial tiles, always in plan order (deterministic)."""
         i = cuda.grid(1)
         n = C.shape[1]
-        if i < unit_rows.shape[0] * BLOCK_M * n:
+        if i < units.shape[0] * height * n:
             local, c = i // n, i % n
-            u, r = local // BLOCK_M, local % BLOCK_M
-            row = unit_rows[u] * BLOCK_M + r
+            u, r = local // height, local % height
+            row = units[u] * height + r
             if row < C.shape[0]:
                 total = float32(0)
                 for slot in range(slot_ptr[u], slot_ptr[u + 1]):
-                    total += partials[slot * BLOCK_M + r, c]
+                    total += partials[slot * height + r, c]
                 C[row, c] = to_out(total)
 
     return reduce_partials
@@ -102,9 +105,9 @@ def _make_reduce_partials(out_kind: str):
 _HELPERS: dict = {}
 
 
-def helper_kernel(name: str, out_kind: str = "f32"):
-    """One of the helper kernels, compiled once for its single signature."""
-    key = (name, out_kind)
+def helper_kernel(name: str, out_kind: str = "f32", unit_rows: int = BLOCK_M):
+    """One of the helper kernels, compiled once for its single signature (units of `unit_rows` rows)."""
+    key = (name, out_kind, unit_rows)
     if key not in _HELPERS:
         i32 = types.int32[::1]
         out = types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")
@@ -112,8 +115,8 @@ def helper_kernel(name: str, out_kind: str = "f32"):
         f32 = types.Array(types.float32, 2, "C")
         function, signature = {
             "pad": (_copy_padded, (u16, u16)),
-            "zero": (_zero_unit_rows, (out, i32)),
-            "reduce": (_make_reduce_partials(out_kind), (f32, i32, i32, out)),
+            "zero": (_make_zero_unit_rows(unit_rows), (out, i32)),
+            "reduce": (_make_reduce_partials(out_kind, unit_rows), (f32, i32, i32, out)),
         }[name]
         _HELPERS[key] = cuda.jit(signature)(function)
     return _HELPERS[key]
@@ -242,13 +245,14 @@ class PreparedPipeline:
         np.cumsum(per_unit, out=slot_ptr[1:])
         self.slot_ptr = cuda.to_device(slot_ptr)
         # An operand with no tiles still gets one zero tile, so that the map and the arguments exist.
-        n_tiles = operand.values.shape[0] // BLOCK_M
-        values = operand.values if n_tiles else np.zeros((BLOCK_M, cfg.block_k), np.uint16)
+        self.unit_rows = cfg.unit_rows
+        n_tiles = operand.values.shape[0] // self.unit_rows
+        values = operand.values if n_tiles else np.zeros((self.unit_rows, cfg.block_k), np.uint16)
         col_index = operand.col_index if n_tiles else np.full((1, operand.col_index.shape[1]), -1, np.int32)
         self.col_index = cuda.to_device(np.ascontiguousarray(col_index, dtype=np.int32))
         self.a_data = cuda.to_device(np.ascontiguousarray(values))
         self.a_words = self.a_data.view(np.uint64)
-        self.a_map = encode_tiled(self.a_data, box=(BLOCK_M, cfg.a_span // ELEMENT_BYTES),
+        self.a_map = encode_tiled(self.a_data, box=(self.unit_rows, cfg.a_span // ELEMENT_BYTES),
                                   swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
         self.n_ctas_persistent = sm_count()
         self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
@@ -263,6 +267,8 @@ class PreparedPipeline:
     def config_for(self, n: int) -> PipelineConfig:
         """The configuration for N columns: the tile no wider than N needs (never wider than configured,
         so the configured stages still fit)."""
+        if self.cfg.swapped:       # fixed warpgroup width (SWAPPED_SLICES x 64 columns); one warpgroup up to it
+            return replace(self.cfg, consumer_wgs=1 if n <= self.cfg.wg_n else 2)
         wgs, wg_n = tile_shape_for(n, self.cfg.schedule, self.cfg.wg_n)
         return replace(self.cfg, consumer_wgs=wgs, wg_n=wg_n)
 
@@ -284,7 +290,8 @@ class PreparedPipeline:
         shared by every product of that width: they are all enqueued on one stream, so they run one
         after another (products on several streams at once would need a buffer each)."""
         if N not in self._partials:
-            self._partials[N] = cuda.device_array((max(self.n_partial_slots, 1) * BLOCK_M, N), dtype=np.float32)
+            self._partials[N] = cuda.device_array((max(self.n_partial_slots, 1) * self.unit_rows, N),
+                                                  dtype=np.float32)
         return self._partials[N]
 
     # -- binding and launching ------------------------------------------------------------------------
@@ -322,10 +329,10 @@ class PreparedPipeline:
                                  dtype=cfg.out_kind)
             keep_alive.append(c_map)
         if cfg.combine == "atomic" and self.split_units is not None:
-            zero = PackedLaunch(helper_kernel("zero", cfg.out_kind), block=HELPER_THREADS)
+            zero = PackedLaunch(helper_kernel("zero", cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             zero.set(0, C)
             zero.set(1, self.split_units)
-            steps.append((zero, helper_grid(self.split_units.shape[0] * BLOCK_M * N)))
+            steps.append((zero, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))
         main = PackedLaunch(compiled_kernel(cfg), block=cfg.threads, shared_bytes=cfg.smem_bytes)
         partials = self._partials_buffer(N) if cfg.combine == "two_pass" and self.n_partial_slots else None
         for index, value in ((ARG_ROWS, self.rows), (ARG_BEGINS, self.begins), (ARG_ENDS, self.ends),
@@ -340,10 +347,10 @@ class PreparedPipeline:
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:
-            reduce = PackedLaunch(helper_kernel("reduce", cfg.out_kind), block=HELPER_THREADS)
+            reduce = PackedLaunch(helper_kernel("reduce", cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             for index, value in enumerate((partials, self.slot_ptr, self.split_units, C)):
                 reduce.set(index, value)
-            steps.append((reduce, helper_grid(self.split_units.shape[0] * BLOCK_M * N)))
+            steps.append((reduce, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))
         return BoundProduct(steps, keep_alive, cfg)
 
     def _no_partials(self):

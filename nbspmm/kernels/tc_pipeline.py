@@ -41,10 +41,14 @@ Configurations (`PipelineConfig`, the rungs of the ablation ladder in nbspmm.ker
   schedule       "cooperative" (both consumer warpgroups on every item, each on half its columns) or
                  "pingpong" (they take alternate items and take turns, pipeline.make_turns);
   combine        how the items of a split unit meet in C: "atomic" or "two_pass" (see PipelineConfig);
-  multiply       False makes a loads-only probe: its time is the data movement alone.
+  multiply       False makes a loads-only probe: its time is the data movement alone;
+  epilogue       C from registers, or through swizzled shared memory and TMA stores;
+  gather         gathered B rows by 1-row TMA boxes, or by the producer warpgroup's cp.async;
+  swapped        (gathered B rows) the sparse tile as wgmma's B with unit_rows = 8 ... 64 rows (N), the B
+                 rows as its A (M = 64 columns of C): C^T per window, transposed by the epilogue.
 The host side (device copies, tensor maps, packed launches) is nbspmm.kernels.prepared.
 
-Constraints: the unit height is 64 (the wgmma M); BK ∈ {16, 32, 64, 128}; N is padded internally to a
+Constraints: the unit height is 64 (the wgmma M; 8-64 when swapped); BK ∈ {16, 32, 64, 128}; N is padded internally to a
 multiple of 8 when B's row pitch is not a multiple of 16 bytes (TMA's stride rule), at the cost of one
 copy of B; C is written from registers with bounds checks, or through shared memory and a TMA store
 that clips at C's edges (``epilogue="tma"``, see PipelineConfig), so M and N need not be multiples of
@@ -62,6 +66,7 @@ from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
 from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, clock64, cp_async_16,
                           cp_async_mbarrier_arrive_noinc, elect_one, global_timer, fence_proxy_async_shared,
                           global_addr, make_fragment_atomic_add, make_fragment_store, make_fragment_store_shared,
+                          make_fragment_store_transposed,
                           make_smem_descriptor, make_wgmma, make_zero_accumulator, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, shared_addr, store_box_columns,
                           tensormap_acquire_fence, tensormap_prefetch, tma_load_2d, tma_store_2d,
                           wgmma_commit_group, wgmma_fence, wgmma_wait_group)
@@ -95,6 +100,10 @@ MAX_DYNAMIC_SMEM = 227 * 1024   # sm_90 per-block opt-in limit
 # 128 × 40 + 256 × 232 = 64,512 ≤ 65,536 registers per SM (one CTA per SM).
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
+# The swapped orientation: window heights (wgmma N, multiples of 8 up to 64) and accumulators per
+# consumer warpgroup (each 64 columns of C: wg_n = 128).
+SWAPPED_UNIT_ROWS = (8, 16, 32, 64)
+SWAPPED_SLICES = 2
 # The cp.async gather's producer threads compute an address per 16-byte piece: 40 registers spill
 # (ptxas: 36 B), 56 do not. 128 × 56 + 256 × 224 = 64,512.
 GATHER_PRODUCER_REGS = 56
@@ -164,6 +173,14 @@ class PipelineConfig:
     #               lands on the stage's full barrier (count 1 + 128) after its pieces. Consumers fence
     #               generic -> async proxy (cp.async writes as ordinary stores do) before the wgmma.
     gather: str = "tma"
+    # The orientation of the product (gathered B rows only). False: the sparse tile is wgmma's A (M = 64
+    # rows of C), the gathered B rows its B. True ("swapped"): C^T = B^T A^T per window, the gathered B
+    # rows are wgmma's A (M = 64 columns of C, read MN-major: the layout they already have) and the
+    # sparse tile, `unit_rows` (8 ... 64) rows of C, is its B (N = unit_rows, K-major): windows shorter
+    # than 64 rows, so tiles of scattered matrices hold fewer padding zeros. Each consumer warpgroup holds
+    # SWAPPED_SLICES accumulators of 64 x unit_rows (one per 64 columns of C); the epilogue transposes.
+    swapped: bool = False
+    unit_rows: int = BLOCK_M     # rows of C per unit (block row / window); 64 unless swapped
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -192,6 +209,15 @@ class PipelineConfig:
             raise ValueError("the cp.async gather is the producer warpgroup's (warp-specialized, gathered B rows)")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}; got {self.epilogue!r}")
+        if not self.swapped and self.unit_rows != BLOCK_M:
+            raise ValueError(f"units of {self.unit_rows} rows need the swapped orientation (the sparse tile as "
+                             f"wgmma's B); unswapped, a unit is the wgmma M = {BLOCK_M} rows")
+        if self.swapped and (not self.gather_b or not self.specialized or self.pingpong or self.epilogue != "registers"
+                             or self.unit_rows not in SWAPPED_UNIT_ROWS
+                             or self.wg_n != SWAPPED_SLICES * CHUNK_ELEMS):
+            raise ValueError(f"the swapped orientation is built for gathered B rows (WCSR), the warp-specialized "
+                             f"cooperative schedule, the register epilogue, units of {SWAPPED_UNIT_ROWS} rows and "
+                             f"wg_n = {SWAPPED_SLICES * CHUNK_ELEMS}")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
             raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
         if self.smem_bytes > MAX_DYNAMIC_SMEM:
@@ -225,11 +251,15 @@ class PipelineConfig:
 
     @property
     def a_chunk_bytes(self):
-        return BLOCK_M * self.a_span
+        return self.unit_rows * self.a_span
 
     @property
-    def a_stage_bytes(self):
+    def a_tile_bytes(self):        # bytes TMA brings of one sparse tile
         return self.a_chunks * self.a_chunk_bytes
+
+    @property
+    def a_stage_bytes(self):       # its region: whole 1024-byte swizzle atoms, so the B chunks after it align
+        return -(-self.a_tile_bytes // SWIZZLE_ATOM_BYTES) * SWIZZLE_ATOM_BYTES
 
     @property
     def b_chunks(self):            # 64-column chunks of the B tile
@@ -242,6 +272,10 @@ class PipelineConfig:
     @property
     def stage_bytes(self):
         return self.a_stage_bytes + self.b_chunks * self.b_chunk_bytes
+
+    @property
+    def stage_tx_bytes(self):      # bytes the copies of one stage deliver (the full barrier's transaction count)
+        return self.a_tile_bytes + self.b_chunks * self.b_chunk_bytes
 
     @property
     def out_bytes(self):           # bytes of one element of C
@@ -287,7 +321,7 @@ def build_kernel_function(cfg: PipelineConfig):
     # cp.async gather: TMA brings only the A tile; the 128 producer threads arrive on top of the armer.
     (ring_init, advance, advance_by, producer_acquire, producer_arm,
      consumer_wait, consumer_release, full_barrier) = make_ring(
-        cfg.stages, cfg.a_stage_bytes if CP_ASYNC_GATHER else cfg.stage_bytes, cfg.release_arrivals,
+        cfg.stages, cfg.a_tile_bytes if CP_ASYNC_GATHER else cfg.stage_tx_bytes, cfg.release_arrivals,
         producer_arrivals=1 + (WARPGROUP if CP_ASYNC_GATHER else 0))
     turns_init, wait_turn, pass_turn = make_turns(cfg.consumer_wgs, cfg.release_arrivals)
     mma = make_wgmma(cfg.wg_n, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=0, trans_b=1)
@@ -299,6 +333,17 @@ def build_kernel_function(cfg: PipelineConfig):
     add_tile = make_fragment_atomic_add(cfg.wg_n) if cfg.out_kind == "f32" else store_tile
     store_partial = make_fragment_store(cfg.wg_n, "f32")
     store_shared = make_fragment_store_shared(cfg.wg_n, cfg.out_kind)
+    SWAPPED = cfg.swapped
+    UNIT_ROWS = cfg.unit_rows
+    if SWAPPED:
+        # C^T slices: the gathered B rows as wgmma's A (MN-major), the sparse tile as its B (K-major).
+        mma_t = make_wgmma(UNIT_ROWS, dtype="bf16" if cfg.in_kind == "bf16" else "f16", a="smem", trans_a=1,
+                           trans_b=0)
+        zero_slice = make_zero_accumulator(UNIT_ROWS)
+        store_tile = make_fragment_store_transposed(UNIT_ROWS, SWAPPED_SLICES, cfg.out_kind)
+        add_tile = (make_fragment_store_transposed(UNIT_ROWS, SWAPPED_SLICES, "f32", "add")
+                    if cfg.out_kind == "f32" else store_tile)
+        store_partial = make_fragment_store_transposed(UNIT_ROWS, SWAPPED_SLICES, "f32")
 
     SYNC_LOADS = cfg.loader == "sync"
     INSTRUMENT = cfg.instrument
@@ -391,7 +436,7 @@ def build_kernel_function(cfg: PipelineConfig):
         bar = producer_arm(bars, stage)
         dst = smem_base + uint32(stage * STAGE_BYTES)
         for c in range(A_CHUNKS):
-            tma_load_2d(dst + uint32(c * A_CHUNK_BYTES), a_map, int32(c * A_CHUNK_ELEMS), int32(blk * BLOCK_M), bar)
+            tma_load_2d(dst + uint32(c * A_CHUNK_BYTES), a_map, int32(c * A_CHUNK_ELEMS), int32(blk * UNIT_ROWS), bar)
         if GATHER_B:
             for r in range(BK):                        # one 1-row box per gathered row and chunk
                 k = col_index[blk, r]
@@ -459,6 +504,32 @@ def build_kernel_function(cfg: PipelineConfig):
         return acc
 
     @cuda.jit(device=True, forceinline=True)
+    def zero_slices():
+        """Swapped: the warpgroup's SWAPPED_SLICES accumulators of 64 x UNIT_ROWS (C^T slices)."""
+        return (zero_slice(), zero_slice())
+
+    @cuda.jit(device=True, forceinline=True)
+    def multiply_stage_swapped(accs, smem_base, stage, g):
+        """Swapped: per k16 step, one m64n{UNIT_ROWS}k16 per 64 columns of the warpgroup's B rows (wgmma's
+        A, MN-major SW128: 16 K-rows = 2048 B further), all against the same sparse-tile descriptor
+        (wgmma's B, K-major, swizzled by its row span as the unswapped A)."""
+        acc0, acc1 = accs
+        tile_base = smem_base + uint32(stage * STAGE_BYTES)
+        rows_base = tile_base + uint32(A_STAGE_BYTES + g * WG_B_OFFSET)
+        wgmma_fence()
+        if MULTIPLY:
+            for kk in range(K_STEPS):
+                tile_desc = make_smem_descriptor(tile_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
+                                                                    + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR),
+                                                 A_LBO, A_SBO, A_SWIZZLE)
+                rows_addr = rows_base + uint32(kk * K_STEP_BYTES_MNMAJOR)
+                acc0 = mma_t(acc0, make_smem_descriptor(rows_addr, B_LBO, B_SBO, SWIZZLE_128B), tile_desc, uint32(1))
+                acc1 = mma_t(acc1, make_smem_descriptor(rows_addr + uint32(B_CHUNK_BYTES), B_LBO, B_SBO, SWIZZLE_128B),
+                             tile_desc, uint32(1))
+        wgmma_commit_group()
+        return (acc0, acc1)
+
+    @cuda.jit(device=True, forceinline=True)
     def store_tile_tma(acc, smem_base, c_map, g, thread, row0, col0):
         """Epilogue "tma": warpgroup g writes its tile into its shared region; one thread stores the boxes."""
         region = smem_base + uint32(EPILOGUE_OFFSET + g * EPILOGUE_WG_BYTES)
@@ -473,6 +544,10 @@ def build_kernel_function(cfg: PipelineConfig):
                 tma_store_2d(c_map, int32(col0 + box * STORE_BOX_COLS), int32(row0),
                              region + uint32(box * STORE_BOX_BYTES))
             bulk_commit_group()
+
+    # The accumulator and its multiply: one 64 x WG_N tile, or (swapped) a tuple of C^T slices. The
+    # epilogue functions above were chosen to match.
+    zero_acc, multiply = (zero_slices, multiply_stage_swapped) if SWAPPED else (zero_accumulator, multiply_stage)
 
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
                partials, partial_slot, c_map):
@@ -523,7 +598,7 @@ def build_kernel_function(cfg: PipelineConfig):
                         dst = smem_base + uint32(stage * STAGE_BYTES)
                         for c in range(A_CHUNKS):
                             tma_load_2d(dst + uint32(c * A_CHUNK_BYTES), a_map_addr, int32(c * A_CHUNK_ELEMS),
-                                        int32(b * BLOCK_M), bar)
+                                        int32(b * UNIT_ROWS), bar)
                     gather_stage_cp_async(stage, smem_base, col_index, b, t * TILE_N, thread, b_base, b_pitch,
                                           b_cols)
                     cp_async_mbarrier_arrive_noinc(full_barrier(bars, stage))   # lands after this thread's pieces
@@ -572,7 +647,7 @@ def build_kernel_function(cfg: PipelineConfig):
                         load_stage_tma(bars, pstage, smem_base, a_map_addr, b_map_addr, col_index, begin + i, n0, K)
                         pslot = stamp(stamps, 0, pslot, EV_TMA_ISSUE, pstage, i)
                         pstage, pphase = advance(pstage, pphase)
-                acc = zero_accumulator()
+                acc = zero_acc()
                 prev_stage = 0
                 for i in range(n_blocks):
                     b = begin + i
@@ -593,7 +668,7 @@ def build_kernel_function(cfg: PipelineConfig):
                             fence_proxy_async_shared()             # cp.async wrote B as the generic proxy
                     if recorder:
                         slot = stamp(stamps, 1 + g, slot, EV_FULL, stage, i)
-                    acc = multiply_stage(acc, smem_base, stage, g)
+                    acc = multiply(acc, smem_base, stage, g)
                     if recorder:
                         slot = stamp(stamps, 1 + g, slot, EV_MMA_START, stage, i)
                     if SPECIALIZED:
@@ -624,7 +699,7 @@ def build_kernel_function(cfg: PipelineConfig):
                 # ---- epilogue: registers -> C (bounds-checked; ragged M and N) ----
                 if recorder:
                     slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-                row0 = rows[p] * BLOCK_M
+                row0 = rows[p] * UNIT_ROWS
                 col0 = n0 if PINGPONG else n0 + g * WG_N
                 if shared[p] == 0:
                     if EPILOGUE_TMA:
@@ -632,7 +707,7 @@ def build_kernel_function(cfg: PipelineConfig):
                     else:
                         store_tile(acc, C, row0, col0, tid % WARPGROUP)
                 elif TWO_PASS:                                      # the reduction pass sums the partials
-                    store_partial(acc, partials, partial_slot[p] * BLOCK_M, col0, tid % WARPGROUP)
+                    store_partial(acc, partials, partial_slot[p] * UNIT_ROWS, col0, tid % WARPGROUP)
                 else:
                     add_tile(acc, C, row0, col0, tid % WARPGROUP)   # C rows pre-zeroed; other items add too
                 if recorder:

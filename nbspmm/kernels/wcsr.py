@@ -16,6 +16,8 @@ Variants (the same rungs as BCSR where they apply; the synchronous loader is BCS
   ws-tma    ws writing C through shared memory and TMA stores (PipelineConfig.epilogue)
   ws-cpasync  ws with the B rows gathered by the producer warpgroup's 128 threads with cp.async
             (16-byte pieces) instead of 1-row TMA boxes (PipelineConfig.gather)
+  swapped   ws in the swapped orientation: windows of 8-64 rows (16 by default: build the WCSR with
+            window_rows=16) as wgmma's N, the gathered B rows as its M (PipelineConfig.swapped)
 
 Load balancing: windows with more than ``max_tiles`` tiles are split into several work items. Their
 partial tiles are combined by ``combine="atomic"`` (default: ``red.global.add`` into fp32 C, whose rows
@@ -33,7 +35,8 @@ import numpy as np
 import formats
 from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
+from nbspmm.kernels.tc_pipeline import (BLOCK_M, SWAPPED_UNIT_ROWS, PipelineConfig, build_kernel_function, fit_stages,
+                                        kernel_signature)
 
 VARIANTS = {
     "ws": PipelineConfig("wcsr-ws", loader="tma", stages=8, specialized=True, persistent=True, block_k=16,
@@ -47,6 +50,10 @@ VARIANTS = {
 }
 VARIANTS["ws-tma"] = replace(VARIANTS["ws"], name="wcsr-ws-tma", epilogue="tma")   # C via shared memory + TMA stores
 VARIANTS["ws-cpasync"] = replace(VARIANTS["ws"], name="wcsr-ws-cpasync", gather="cp_async")  # B rows by cp.async
+# The swapped orientation (PipelineConfig.swapped): windows of SWAPPED_WINDOW_ROWS rows as wgmma's N. A
+# WCSR built with other window heights (8, 32, 64) takes the same variant: prepare() sets unit_rows.
+SWAPPED_WINDOW_ROWS = 16
+VARIANTS["swapped"] = replace(VARIANTS["ws"], name="wcsr-swapped", swapped=True, unit_rows=SWAPPED_WINDOW_ROWS)
 TILE_COLS = (16, 32, 64)
 # The "auto" split (prepared.one_wave_max_tiles). Pieces of at least MIN_SPLIT_TILES tiles; and a window
 # is cut only when it exceeds the one-wave share by MIN_SPLIT_EXCESS_TILES tiles or more. Measured on the
@@ -58,12 +65,14 @@ MIN_SPLIT_TILES = 4
 MIN_SPLIT_EXCESS_TILES = 12
 
 
-def operand(fmt: formats.WCSR, max_tiles: int | None) -> SparseOperand:
-    """The pipeline's view of a WCSR: its tiles stacked as rows, KT condensed columns per tile."""
-    if fmt.window_rows != BLOCK_M or fmt.tile_cols not in TILE_COLS:
-        raise ValueError(f"the WCSR tensor-core kernels take {BLOCK_M}-row windows and tiles of "
+def operand(fmt: formats.WCSR, max_tiles: int | None, window_rows=(BLOCK_M,)) -> SparseOperand:
+    """The pipeline's view of a WCSR: its tiles stacked as rows, KT condensed columns per tile.
+    `window_rows`: the window heights the chosen kernel takes."""
+    if fmt.window_rows not in window_rows or fmt.tile_cols not in TILE_COLS:
+        raise ValueError(f"this WCSR kernel takes windows of {', '.join(map(str, window_rows))} rows and tiles of "
                          f"{', '.join(map(str, TILE_COLS))} columns; got window_rows={fmt.window_rows}, "
-                         f"tile_cols={fmt.tile_cols} (build it with WCSR.from_scipy(A, window_rows=64, tile_cols=16))")
+                         f"tile_cols={fmt.tile_cols} (build it with WCSR.from_scipy(A, window_rows=64, tile_cols=16); "
+                         f"kernel='swapped' takes window_rows {', '.join(map(str, SWAPPED_UNIT_ROWS))})")
     values = np.asarray(fmt.tiles).view(np.uint16).reshape(-1, fmt.tile_cols)
     col_index = np.asarray(fmt.tile_col_index, dtype=np.int32)
     return SparseOperand("wcsr", tuple(fmt.shape), fmt.tile_cols, True, values, col_index,
@@ -86,16 +95,19 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles:
     if max_tiles == "auto":
         max_tiles = default_max_tiles(fmt, out_kind, overrides.get("combine", VARIANTS[variant].combine))
     stages = overrides.pop("stages", VARIANTS[variant].stages)
+    if VARIANTS[variant].swapped:
+        overrides.setdefault("unit_rows", fmt.window_rows)
     one_stage = replace(VARIANTS[variant], block_k=fmt.tile_cols, stages=1, in_kind=in_kind, out_kind=out_kind,
                         **overrides)
     cfg = fit_stages(one_stage, stages)
-    return PreparedPipeline(operand(fmt, max_tiles), cfg)
+    return PreparedPipeline(operand(fmt, max_tiles, SWAPPED_UNIT_ROWS if cfg.swapped else (BLOCK_M,)), cfg)
 
 
 for _name, _cfg in VARIANTS.items():
     register(KernelSpec(
         name="wcsr" if _name == "ws" else f"wcsr-{_name}",
-        description=f"WCSR SpMM {_name}: 64-row windows, 16-column tiles, B rows gathered by 1-row TMA boxes; "
+        description=f"WCSR SpMM {_name}: {_cfg.unit_rows}-row windows{' (swapped: wgmma N)' if _cfg.swapped else ''}, "
+                    f"16-column tiles, B rows gathered by {'cp.async' if _cfg.gather == 'cp_async' else '1-row TMA boxes'}; "
                     f"fp16 in, fp32 out",
         build=(lambda cfg=_cfg: (build_kernel_function(cfg), kernel_signature(cfg),
                                  {"launch_bounds": (cfg.threads, 1)})),

@@ -23,8 +23,8 @@ def operator(A_fmt, variant="ws", out_dtype=np.float32, **options):
     return SpMMOperator(A_fmt, kernel=variant, out_dtype=out_dtype, experimental=True, **options)
 
 
-def wcsr(A, dtype=np.float16, tile_cols=16):
-    return formats.WCSR.from_scipy(A, window_rows=64, tile_cols=tile_cols, dtype=dtype)
+def wcsr(A, dtype=np.float16, tile_cols=16, window_rows=64):
+    return formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
 
 
 @pytest.mark.parametrize("variant", GATHERS)
@@ -142,3 +142,59 @@ def test_tma_epilogue(variant, out, N):
     max_tiles = 2 if out == np.float32 else None
     check_product(operator(A, variant, out_dtype=out, epilogue="tma", max_tiles=max_tiles), A, B, out,
                   f"wcsr {variant} tma N={N}")
+
+
+# ---- the swapped orientation (windows of 8-64 rows as wgmma's N; experimental until these pass) ----------
+
+@pytest.mark.parametrize("name", REAL)
+def test_swapped_real_matrices(name):
+    A = wcsr(load_matrix(DATA / name).matrix, window_rows=16)
+    B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
+    check_product(operator(A, "swapped"), A, B, np.float32, f"swapped {name}")
+
+
+@pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
+                                  "one-column", "all-zero"])
+def test_swapped_generated(case):
+    rng = np.random.default_rng(0)
+    A = wcsr(irregular_matrices(rng)[case], window_rows=16)
+    B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
+    check_product(operator(A, "swapped"), A, B, np.float32, f"swapped {case}")
+
+
+@pytest.mark.parametrize("window_rows", [8, 16, 32, 64])
+@pytest.mark.parametrize("N", [1, 8, 64, 129, 256, 512])
+def test_swapped_window_heights_and_n(window_rows, N):
+    rng = np.random.default_rng(N + window_rows)
+    A = wcsr(sp.random_array((500, 400), density=0.02, rng=rng, format="csr"), window_rows=window_rows)
+    B = rng.standard_normal((400, N)).astype(np.float16)
+    check_product(operator(A, "swapped"), A, B, np.float32, f"swapped H={window_rows} N={N}")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
+def test_swapped_dtypes(dtype, same_out):
+    rng = np.random.default_rng(1)
+    A = wcsr(sp.random_array((300, 350), density=0.03, rng=rng, format="csr"), dtype=dtype, window_rows=16)
+    B = rng.standard_normal((350, 136)).astype(dtype)
+    out_dtype = dtype if same_out else np.float32
+    check_product(operator(A, "swapped", out_dtype=out_dtype), A, B, out_dtype, f"swapped {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("combine", ["atomic", "two_pass"])
+@pytest.mark.parametrize("max_tiles", [1, 3])
+def test_swapped_split_windows(combine, max_tiles):
+    rng = np.random.default_rng(2)
+    A = wcsr(irregular_matrices(rng)["arrow"], window_rows=16)
+    B = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
+    op = operator(A, "swapped", max_tiles=max_tiles, combine=combine)
+    assert np.asarray(op.plan.shared).any()
+    check_product(op, A, B, np.float32, f"swapped {combine} max_tiles={max_tiles}")
+
+
+@pytest.mark.parametrize("tile_cols", [32, 64])
+def test_swapped_tile_widths(tile_cols):
+    rng = np.random.default_rng(tile_cols)
+    A = wcsr(sp.random_array((400, 600), density=0.05, rng=rng, format="csr"), tile_cols=tile_cols, window_rows=16)
+    B = rng.standard_normal((600, 100)).astype(np.float16)
+    check_product(operator(A, "swapped"), A, B, np.float32, f"swapped KT={tile_cols}")
