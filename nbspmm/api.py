@@ -100,7 +100,8 @@ class SpMMOperator:
 
     Parameters: ``format`` "auto" | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices;
     experimental); ``kernel`` a kernel name of that format (see ``KERNELS``; default: the first listed);
-    ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32 (default), or the input dtype;
+    ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
+    (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
     kernels listed in ``UNVERIFIED``; other keyword options go to the kernel.
     """

@@ -12,8 +12,8 @@ For thread t of the warpgroup (0..127), warp w = t // 32, lane l = t % 32, and f
 
 (verified on the H200 for m64nNk16 f32, DESIGN.md §5). :func:`fragment_coords` is that formula; the host
 layout (:func:`accumulator_layout`), the device epilogues (:func:`make_fragment_store`,
-:func:`make_fragment_atomic_add`, :func:`make_fragment_load`, :func:`make_fragment_store_shared`) and the
-notebooks all call it.
+:func:`make_fragment_atomic_add`, :func:`make_fragment_load`, :func:`make_fragment_store_shared`,
+:func:`make_fragment_store_transposed`) and the notebooks all call it.
 
 The A fragment of ``wgmma ... m64nNk16`` with A in registers (four 32-bit registers = eight 16-bit
 values per thread) follows the same map: value e of thread t holds A[row(t, e), col(t, e)] — the
@@ -286,9 +286,10 @@ def _shared_store_intrinsic(name: str, n: int, kind: str):
             for reg, dr, dc in pairs:
                 rr = builder.add(r32, I32(dr))
                 byte = builder.mul(builder.add(c32, I32(dc)), I32(itemsize))
-                box = builder.lshr(byte, I32(7))                       # / STORE_BOX_ROW_BYTES
+                box = builder.udiv(byte, I32(STORE_BOX_ROW_BYTES))     # a power of two: a shift
                 within = builder.and_(byte, I32(STORE_BOX_ROW_BYTES - 1))
-                unit = builder.xor(builder.lshr(within, I32(4)), builder.and_(rr, I32(SWIZZLE_PERIOD_ROWS - 1)))
+                unit = builder.xor(builder.udiv(within, I32(SWIZZLE_UNIT_BYTES)),
+                                   builder.and_(rr, I32(SWIZZLE_PERIOD_ROWS - 1)))
                 offset = builder.add(builder.add(builder.mul(box, I32(STORE_BOX_BYTES)),
                                                  builder.mul(rr, I32(STORE_BOX_ROW_BYTES))),
                                      builder.add(builder.mul(unit, I32(SWIZZLE_UNIT_BYTES)),
@@ -325,7 +326,8 @@ def _transposed_tile_intrinsic(name: str, n: int, slices: int, kind: str, mode: 
 
     def impl(typingctx, accs, out, row0, col0, r0, c0):
         if not (isinstance(accs, types.UniTuple) and accs.count == slices and accs.dtype == acc_ty):
-            raise PTXUsageError(f"{wrapper}: accs must be a tuple of {slices} accumulators of {nacc} float32, got {accs}")
+            raise PTXUsageError(f"{wrapper}: accs must be a tuple of {slices} accumulators of {nacc} float32, "
+                                f"got {accs}")
         check_array(wrapper, "out", out, ndim=2, layout="C", dtypes=(_ELEMENT[kind][0],))
         for arg, value in (("row0", row0), ("col0", col0), ("r0", r0), ("c0", c0)):
             check_integer(wrapper, arg, value)

@@ -64,12 +64,12 @@ from numba import cuda, int32, int64, uint32, uint64
 from nbspmm.kernels.dtypes import DEVICE_DTYPE
 from nbspmm.kernels.pipeline import MBARRIER_BYTES, make_ring, make_turns
 from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, clock64, cp_async_16,
-                          cp_async_mbarrier_arrive_noinc, elect_one, global_timer, fence_proxy_async_shared,
-                          global_addr, make_fragment_atomic_add, make_fragment_store, make_fragment_store_shared,
-                          make_fragment_store_transposed,
-                          make_smem_descriptor, make_wgmma, make_zero_accumulator, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, shared_addr, store_box_columns,
-                          tensormap_acquire_fence, tensormap_prefetch, tma_load_2d, tma_store_2d,
-                          wgmma_commit_group, wgmma_fence, wgmma_wait_group)
+                          cp_async_mbarrier_arrive_noinc, elect_one, fence_proxy_async_shared, global_addr,
+                          global_timer, make_fragment_atomic_add, make_fragment_store, make_fragment_store_shared,
+                          make_fragment_store_transposed, make_smem_descriptor, make_wgmma, make_zero_accumulator,
+                          named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, shared_addr, store_box_columns,
+                          tensormap_acquire_fence, tensormap_prefetch, tma_load_2d, tma_store_2d, wgmma_commit_group,
+                          wgmma_fence, wgmma_wait_group)
 from ptx_snippets.fragment import STORE_BOX_BYTES
 from ptx_snippets.descriptor import SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B
 

@@ -107,7 +107,8 @@ for _name, _cfg in VARIANTS.items():
     register(KernelSpec(
         name="wcsr" if _name == "ws" else f"wcsr-{_name}",
         description=f"WCSR SpMM {_name}: {_cfg.unit_rows}-row windows{' (swapped: wgmma N)' if _cfg.swapped else ''}, "
-                    f"16-column tiles, B rows gathered by {'cp.async' if _cfg.gather == 'cp_async' else '1-row TMA boxes'}; "
+                    f"16-column tiles, B rows gathered by "
+                    f"{'cp.async' if _cfg.gather == 'cp_async' else '1-row TMA boxes'}; "
                     f"fp16 in, fp32 out",
         build=(lambda cfg=_cfg: (build_kernel_function(cfg), kernel_signature(cfg),
                                  {"launch_bounds": (cfg.threads, 1)})),
