@@ -92,3 +92,45 @@ def test_config_for_n():
     fake.cfg = cfg
     assert fake.config_for(64).consumer_wgs == 1 and fake.config_for(128).consumer_wgs == 1
     assert fake.config_for(129).consumer_wgs == 2 and fake.config_for(129).wg_n == 128
+
+
+def test_host_emulation_of_one_stage_matches_the_reference():
+    """One k-block of the swapped kernel emulated on the host, with wgmma's operand reading taken from the
+    PTX ISA canonical layouts (tests/test_ptx_layouts.py, the model tied to the layouts verified on the
+    H200): the stage image is what TMA writes (the 16 × 16 tile with its 32-byte swizzle, the gathered B
+    rows with theirs), the operands are read at the kernel's addresses and descriptor strides, and the
+    transposed epilogue's placement gives the window's rows of C."""
+    from nbspmm.teach import layouts
+    from tests.test_ptx_layouts import canonical_offset, swizzled
+    import ptx_snippets as ps
+
+    rng = np.random.default_rng(3)
+    H, KT, N = 16, 16, 128
+    A = sp.random_array((H, 300), density=0.3, rng=rng, format="csr")
+    fmt = formats.WCSR.from_scipy(A, window_rows=H, tile_cols=KT)
+    B = rng.standard_normal((300, N)).astype(np.float16)
+    cfg = replace(wcsr.VARIANTS["swapped"], consumer_wgs=1)          # N = 128: one warpgroup, 2 slices
+    C = np.zeros((H, N))
+    for t in range(fmt.n_tiles):                                       # every tile of window 0
+        tile = np.asarray(fmt.tiles[t])                                # H x KT, K-major rows
+        cols = np.asarray(fmt.tile_col_index[t])
+        stage = np.zeros(cfg.stage_bytes, np.uint8)
+        stage[:cfg.a_tile_bytes] = ps.swizzle_tile(tile.view(np.uint16), "32B")
+        for chunk in range(cfg.b_chunks):
+            start = cfg.a_stage_bytes + chunk * cfg.b_chunk_bytes
+            stage[start:start + cfg.b_chunk_bytes] = layouts.gather_rows(B, cols, chunk=chunk).image
+        words = stage.view(np.uint16)
+
+        def read(base, major, swizzle, mn, k, lbo, sbo):
+            off = base + swizzled(canonical_offset(major, swizzle, mn, k, lbo, sbo, 2), swizzle)
+            return words[off // 2].view(np.float16).astype(np.float64)
+
+        m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+        n_, k_ = np.meshgrid(np.arange(H), np.arange(16), indexing="ij")
+        tile_operand = read(0, "K", "32B", n_, k_, 16, 8 * 32)        # wgmma B: N = H rows, K-major
+        for j in range(2):                                             # the warpgroup's two slices
+            rows_operand = read(cfg.a_stage_bytes + j * cfg.b_chunk_bytes, "MN", "128B", m, k,
+                                cfg.b_chunk_bytes, 1024)               # wgmma A: M = 64 columns, MN-major
+            D = rows_operand @ tile_operand.T                          # 64 x H: C^T of this slice
+            C[:, 64 * j:64 * j + 64] += D.T                            # the transposed epilogue
+    np.testing.assert_allclose(C, fmt.matmul_reference(B), rtol=1e-12, atol=1e-12)
