@@ -18,8 +18,9 @@ import pytest
 from numba import cuda, types, uint32, uint64
 
 import ptx_snippets as ps
-from ptx_snippets.inspect import compile_for_hopper, inspect_kernel, missing_instructions
+from ptx_snippets.inspect import inspect_kernel, missing_instructions
 from tests.gpu.test_ptx_cp_async_gpu import WAITS, gather_source
+from tests.test_ptx_errors import compile_statement
 
 SIG = (types.uint64[::1], types.uint8[::1], types.int32[::1])
 
@@ -106,19 +107,7 @@ def test_gpu_gather_kernel_compiles_for_sm90a(wait):
     assert result.info.spill_stores == 0
 
 
-# ---- usage errors (as tests/test_ptx_errors.py) --------------------------------------------------------
-
-ERR_SIG = (types.uint64[::1], types.uint32)
-
-
-def compile_statement(statement):
-    namespace = {"cuda": cuda, "np": np, "ps": ps, "uint32": uint32, "uint64": uint64}
-    source = ("def kernel(out, x):\n"
-              "    bars = cuda.shared.array(1, dtype=np.uint64)\n"
-              "    bar = ps.shared_addr(bars)\n"
-              f"    {statement}\n")
-    exec(source, namespace)
-    return compile_for_hopper(namespace["kernel"], ERR_SIG)
+# ---- usage errors (compiled in the kernel of tests/test_ptx_errors.py) ----------------------------------
 
 
 DEVICE_ERRORS = [
