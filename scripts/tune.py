@@ -2,7 +2,7 @@
 """Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
-    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [host] [epilogue] [block32]
+    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [rows] [host] [epilogue] [block32]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -17,6 +17,9 @@
   epilogue  registers -> global against shared memory + TMA store (v4 / pingpong and their -tma
          variants), fp32 and fp16 output, Qwen layers at 16K / 64K tokens and the 16384² 90% case;
   block32   64 × 32 against 64 × 64 BCSR blocks on 64 × 32- and 64 × 64-block patterns (8192², N = 4096);
+  rows   the CSR row kernel (CUDA cores) on the scattered paper-scale matrices, N = 128: its tuning
+         knobs (loads in flight per lane ``unroll``, register budget ``min_blocks_per_sm``, 8-byte word
+         loads of B or element loads), with cuSPARSE CSR (torch, fp16) timed on the same data;
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
 
@@ -316,7 +319,42 @@ def part_block32(timer) -> list[dict]:
     return rows
 
 
-PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "host": part_host,
+ROWS_MATRICES = ("rmat-s18-4.2M", "uniform-65536x65536-1.0M", "uniform-1048576x1048576-8.4M", "stencil27-64x64x64",
+                 "replica-pubmed-x45")
+ROWS_CONFIGS = ({}, {"min_blocks_per_sm": 4}, {"unroll": 4, "min_blocks_per_sm": 4}, {"unroll": 16},
+                {"words": False}, {"max_nonzeros": None})
+
+
+def time_cusparse(case: Case, timer) -> dict:
+    """torch's CSR product (cuSPARSE) in fp16 on the case's data, for scale."""
+    torch = gpu.import_torch()
+    A = case.A
+    At = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, dtype=torch.int64), torch.as_tensor(A.indices, dtype=torch.int64),
+                                 torch.as_tensor(A.data.astype(np.float16)), size=A.shape, device="cuda")
+    stats = timer.measure(lambda i: At @ case.B[i % len(case.B)], len(case.B))
+    row = {"case": case.name, "N": case.N, "options": {"peer": "torch_csr fp16"}, "out_dtype": "float16",
+           "kernel": "cusparse", "rel_error": float("nan"), "status": "ok", **{k: stats[k] for k in ("median_us", "iqr_us", "host_us")}}
+    print(f"  {case.name} cuSPARSE: {row['median_us']:.1f} us", flush=True)
+    return row
+
+
+def part_rows(timer) -> list[dict]:
+    specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform", "stencil27", "replica"))}
+    rows = []
+    for label in ROWS_MATRICES:
+        built = specs[label].build()
+        matrix = built.matrix if isinstance(built, suites.LoadedMatrix) else built
+        case = Case(f"{label}/N=128", sp.csr_matrix(matrix), 128)
+        rows.append(time_cusparse(case, timer))
+        for config in ROWS_CONFIGS:
+            rows.append(time_operator(case, timer, format="csr", **config))
+        del case
+        gpu.import_torch().cuda.empty_cache()
+    print_rows("CSR row kernel: loads in flight, registers, word loads (cuSPARSE for scale)", rows)
+    return rows
+
+
+PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows, "host": part_host,
          "epilogue": part_epilogue, "block32": part_block32}
 
 

@@ -7,16 +7,54 @@ import formats
 from nbspmm.kernels import rows
 
 
+def _loads_before_first_use(sass: str, load: str) -> int:
+    """The longest run of `load` instructions with no FFMA between them: B rows in flight per lane."""
+    best = run = 0
+    for line in sass.splitlines():
+        if load in line:
+            run += 1
+            best = max(best, run)
+        elif "FFMA" in line:
+            run = 0
+    return best
+
+
 @pytest.mark.parametrize("in_kind,out_kind", [("f16", "f32"), ("bf16", "bf16"), ("f16", "f16")])
-def test_sass_shares_nonzeros_by_shuffle_and_keeps_registers(in_kind, out_kind):
+def test_sass_reads_b_as_words_all_loads_of_a_group_in_flight(in_kind, out_kind):
     from ptx_snippets.inspect import inspect_kernel, instructions
 
     k = inspect_kernel(rows.kernel_function(in_kind, out_kind), rows.signature(in_kind, out_kind),
-                       launch_bounds=(rows.THREADS, 1))
+                       launch_bounds=rows.LAUNCH_BOUNDS)
     found = instructions(k.sass)
-    assert any(m.startswith("SHFL.IDX") for m in found), sorted(found)
-    assert any(m.startswith("LDG") for m in found) and any(m.startswith("FFMA") for m in found)
+    assert "LDG.E.64" in found and any(m.startswith("FFMA") for m in found), sorted(found)
+    assert not any(m.startswith("SHFL") for m in found)        # no shuffle: no divergence checks in the group
+    assert _loads_before_first_use(k.sass, "LDG.E.64") == rows.UNROLL
+    assert k.info.registers <= 65536 // (rows.THREADS * rows.MIN_BLOCKS_PER_SM)
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass
+
+
+def test_sass_element_path_for_any_n():
+    from ptx_snippets.inspect import inspect_kernel, instructions
+
+    k = inspect_kernel(rows.kernel_function("f16", "f32", False), rows.signature("f16", "f32", False),
+                       launch_bounds=rows.LAUNCH_BOUNDS)
+    found = instructions(k.sass)
+    assert "LDG.E.U16" in found and "LDG.E.64" not in found, sorted(found)
+    assert k.info.spill_stores == 0 and " LDL" not in k.sass
+
+
+def test_reads_words_needs_whole_aligned_words():
+    from nbspmm.launch import DeviceMatrix, c_contiguous_strides
+
+    def matrix(ptr, shape):
+        return DeviceMatrix(ptr, shape, c_contiguous_strides(shape, 2), np.dtype(np.float16))
+
+    assert rows.reads_words(matrix(0x1000, (10, 128)))
+    assert not rows.reads_words(matrix(0x1000, (10, 130)))       # rows of 65 words and a half
+    assert not rows.reads_words(matrix(0x1002, (10, 128)))       # not 8-byte aligned
+    assert matrix(0x1000, (10, 128)).words().shape == (10, 32)      # 4 values per word
+    strided = DeviceMatrix(0x1000, (10, 128), (512, 2), np.dtype(np.float16))
+    assert not rows.reads_words(strided)
 
 
 def test_work_items_cut_long_rows_only():
@@ -60,3 +98,17 @@ def test_api_builds_csr_for_format_csr():
     assert name == "csr" and isinstance(fmt, formats.CSR) and fmt.dtype == np.float16
     assert api._build_format(fmt, "auto", None, (64, 64), 64, 16) == ("csr", fmt)
     assert list(api.KERNELS["csr"]) == ["rows"]
+
+
+def test_f16_bits_widen_by_cvt():
+    """The word path's unpacking, f16 bits -> float32 (LLVM bitcast + fpext), compiles to one cvt; its
+    values are checked on the GPU by every fp16 product with N a multiple of 4 (tests/gpu/test_rows_gpu.py)."""
+    from numba import cuda
+
+    from nbspmm.kernels.dtypes import f16_bits_to_f32
+
+    def widen(out, bits):
+        out[0] = f16_bits_to_f32(bits[0] >> 16)
+
+    ptx, _ = cuda.compile_ptx(widen, "void(float32[::1], uint64[::1])", cc=(9, 0))
+    assert "cvt.f32.f16" in ptx

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from numba import cuda, float32, int32, uint16, uint32
+from llvmlite import ir
+from numba import cuda, float32, int32, types, uint16, uint32
 from numba.types import float16
 from numba.cuda import libdevice
+from numba.cuda.extending import intrinsic
 
 BF16_MANTISSA_SHIFT = 16          # bf16 is the top half of an IEEE float32
 BF16_QUIET_NAN = 0x7FC0           # the canonical bf16 quiet NaN
@@ -50,6 +52,33 @@ def f32_to_bf16_bits(x):
     bits = uint32(libdevice.float_as_int(x))
     lsb = (bits >> uint32(BF16_MANTISSA_SHIFT)) & uint32(1)
     return uint16((bits + uint32(BF16_ROUND_BIAS) + lsb) >> uint32(BF16_MANTISSA_SHIFT))
+
+
+@intrinsic
+def f16_bits_to_f32(typingctx, bits):
+    """The IEEE half whose 16 bits are the low bits of the integer `bits`, as float32 (exact): LLVM's
+    trunc to i16, bitcast to half, fpext (``cvt.f32.f16``). Numba has no bit cast to float16 of its own."""
+    if not isinstance(bits, types.Integer):
+        raise TypeError(f"f16_bits_to_f32 takes an integer, got {bits}")
+
+    def codegen(context, builder, signature, args):
+        (value,) = args
+        half_bits = builder.trunc(value, ir.IntType(16)) if value.type.width > 16 else value
+        return builder.fpext(builder.bitcast(half_bits, ir.HalfType()), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+def make_widener(kind: str):
+    """Device function: the 16 bits of a value of `kind` ("f16" or "bf16"), as an integer -> float32."""
+    if kind == "bf16":
+        return bf16_bits_to_f32
+    if kind == "f16":
+        @cuda.jit(device=True, forceinline=True)
+        def widen_f16(bits):
+            return f16_bits_to_f32(bits)
+        return widen_f16
+    raise ValueError(f"no 16-bit widening for kind {kind!r}")
 
 
 def make_loader(kind: str):

@@ -6,11 +6,21 @@ kernel stages and multiplies ~60 zeros per nonzero and gathers one B row per non
 work that must be done is cuSPARSE's: for each nonzero A[i, k], C[i, :] += A[i, k] · B[k, :] — one B
 row read (from L2, mostly) per nonzero, no zeros moved. This kernel does exactly that.
 
-Thread mapping: one warp per (row of A, 128-column slice of C). Lane l owns columns l, l + 32, l + 64,
-l + 96 of the slice, so each load of B (and each store of C) by the warp reads 32 consecutive 16-bit
-values: 64 bytes, two whole sectors. The row's nonzeros are read 32 at a time, one per lane (coalesced),
-and broadcast to the warp with ``shfl.sync``: one index and one value load per 32 nonzeros per lane,
-instead of 32 broadcast loads. Accumulation in fp32, as the tensor-core kernels (same error bounds).
+Thread mapping: one warp per (row of A, 128-column slice of C). Lane l owns the four consecutive
+columns 4 l ... 4 l + 3 of the slice and reads them as one 8-byte word, so one load instruction of the
+warp reads a whole 256-byte B row (N = 128, 16-bit B). Where N is not a multiple of 4 (or B's start not
+8-byte aligned) the same lanes read the four values one by one.
+
+Memory-level parallelism decides the speed: a scattered matrix's B rows come from HBM or L2 in no
+order, so the kernel is bound by how many row loads are in flight, not by bytes or flops. The first
+version (lane l owned columns l, l + 32, ...; four 2-byte loads per nonzero, the row's nonzeros shared
+by ``shfl.sync``, whose divergence checks split every nonzero into its own basic block) kept about one
+load in flight per warp: 2.1× slower than cuSPARSE on uniform random matrices. Now the nonzeros are
+taken in groups of ``unroll`` (8): each lane reads the group's column indices and values itself (the
+warp's 32 lanes read the same address: one broadcast transaction) and the group's loop has a constant
+trip count and no branch, so it is unrolled and all 8 B-row loads are issued before the first FFMA
+(see the SASS: ``LDG.E.64`` ×8, then ``FFMA``). Accumulation in fp32, as the tensor-core kernels (same
+error bounds).
 
 Work items. A row is one warp's serial work, so rows longer than MAX_ITEM_NONZEROS are cut into items
 of at most that many nonzeros (the first measurement, without the cut, took 5.2 ms on R-MAT 2^18 where
@@ -25,22 +35,33 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, uint16, uint64
 
 import formats
-from nbspmm.kernels.dtypes import DEVICE_DTYPE, host_view, make_loader, make_storer
+from nbspmm.kernels.dtypes import DEVICE_DTYPE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.registry import KernelSpec, register
 
 WARP = 32
-FULL_MASK = 0xFFFFFFFF            # shfl.sync: every lane of the warp takes part
-COLS_PER_LANE = 4                 # columns of C per lane (registers of accumulation)
-SLICE_COLS = WARP * COLS_PER_LANE  # 128 columns of C per warp
-ROWS_PER_BLOCK = 8                # warps per thread block, one row each: 256 threads
+QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
+SLICE_COLS = WARP * QUAD          # 128 columns of C per warp: one 256-byte B row per warp load
+WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
+# Nonzeros whose B rows a warp loads before it multiplies any of them. Little's law: an SM's share of
+# the copy rate (4.3 TB/s / 132 SMs ≈ 33 GB/s) over a loaded HBM latency of ~1 µs is ~33 KB in flight
+# per SM; 8 rows of 256 B per warp × 32 resident warps is 64 KB, room for L2 hits' shorter latency.
+UNROLL = 8
+ROWS_PER_BLOCK = 8                # warps per thread block, one work item each: 256 threads
 THREADS = ROWS_PER_BLOCK * WARP
+# Resident blocks per SM the register allocation must allow. The unrolled group of 8 takes 72 registers
+# (3 blocks of 256 threads fit the 64 K-register file: 24 warps, 8 loads in flight each); asked for 4
+# blocks (64 registers) ptxas issues the group's loads 4 at a time (32 warps × 4). On the CPU:
+# ``python -m nbspmm sass csr-rows``; measured against each other by ``scripts/tune.py rows``.
+MIN_BLOCKS_PER_SM = 3
+LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
 # Nonzeros per work item at most (fp32 output): 8 rounds of the warp's 32-nonzero fetch. Rows of up to
 # 256 nonzeros (almost all rows of the paper-scale suites) stay whole; longer ones are cut.
 MAX_ITEM_NONZEROS = 256
 HELPER_THREADS = 256
+HALF_BITS = 16                    # one 16-bit value in the 64-bit word: value i is bits [16 i, 16 i + 16)
 
 
 def _make_put(out_kind: str):
@@ -62,48 +83,78 @@ def _make_put(out_kind: str):
     return put
 
 
+def _make_quad_loader(in_kind: str, words: bool):
+    """load_quad(B, k, quad) -> the four B[k, 4 quad + i] as float32, without a branch: a lane whose
+    columns lie past N reads the last ones instead (its sums are never stored), so the unrolled loads
+    of a group stay in one basic block and the scheduler can issue them all before the first use.
+
+    words=True: B is viewed as rows of uint64 words (N a multiple of 4, rows 8-byte aligned), one
+    ``LDG.E.64`` per lane and the warp reads one 256-byte row per instruction; the 16-bit values are
+    unpacked from the word. words=False (any N): four 2-byte loads of the same bytes."""
+    widen = make_widener(in_kind)
+    load = make_loader(in_kind)
+    if words:
+        @cuda.jit(device=True, forceinline=True)
+        def load_quad_words(B, k, quad):
+            word = B[k, min(quad, B.shape[1] - 1)]
+            return (widen(uint16(word)), widen(uint16(word >> uint64(HALF_BITS))),
+                    widen(uint16(word >> uint64(2 * HALF_BITS))), widen(uint16(word >> uint64(3 * HALF_BITS))))
+        return load_quad_words
+
+    @cuda.jit(device=True, forceinline=True)
+    def load_quad(B, k, quad):
+        last = B.shape[1] - 1
+        col = quad * QUAD
+        return (load(B[k, min(col, last)]), load(B[k, min(col + 1, last)]),
+                load(B[k, min(col + 2, last)]), load(B[k, min(col + 3, last)]))
+    return load_quad
+
+
 @functools.lru_cache(maxsize=None)
-def kernel_function(in_kind: str, out_kind: str):
-    load, put = make_loader(in_kind), _make_put(out_kind)
+def kernel_function(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL):
+    load, put, load_quad = make_loader(in_kind), _make_put(out_kind), _make_quad_loader(in_kind, words)
 
     def csr_rows(item_row, item_begin, item_end, item_shared, indices, data, B, C, n_slices):
         warp = cuda.threadIdx.x // WARP
         lane = cuda.threadIdx.x % WARP
         item = (cuda.blockIdx.x // n_slices) * ROWS_PER_BLOCK + warp
-        if item >= item_row.shape[0]:  # the whole warp leaves together (the item is the warp's): shfl stays full
+        if item >= item_row.shape[0]:
             return
-        N = C.shape[1]
         row = item_row[item]
         shared = item_shared[item] != 0
-        col = (cuda.blockIdx.x % n_slices) * SLICE_COLS + lane
+        quad = (cuda.blockIdx.x % n_slices) * WARP + lane      # this lane's columns: 4 quad ... 4 quad + 3
         acc0 = acc1 = acc2 = acc3 = float32(0.0)
+        begin = item_begin[item]
         end = item_end[item]
-        for base in range(item_begin[item], end, WARP):
-            mine = base + lane                  # this lane fetches nonzero `mine` for the warp
-            my_k = int32(0)
-            my_a = float32(0.0)
-            if mine < end:
-                my_k = indices[mine]
-                my_a = load(data[mine])
-            for t in range(min(WARP, end - base)):
-                k = cuda.shfl_sync(FULL_MASK, my_k, t)
-                a = cuda.shfl_sync(FULL_MASK, my_a, t)
-                if col < N:
-                    acc0 += a * load(B[k, col])
-                if col + WARP < N:
-                    acc1 += a * load(B[k, col + WARP])
-                if col + 2 * WARP < N:
-                    acc2 += a * load(B[k, col + 2 * WARP])
-                if col + 3 * WARP < N:
-                    acc3 += a * load(B[k, col + 3 * WARP])
+        # Every lane reads each nonzero's column index and value itself: the 32 lanes ask for the same
+        # address, one L1 transaction (a broadcast), and no shuffle splits the group into basic blocks.
+        full_end = begin + (end - begin) // unroll * unroll
+        for group in range(begin, full_end, unroll):
+            # A constant trip count: unrolled, its `unroll` B loads all in flight before the first FFMA.
+            for u in range(unroll):
+                a = load(data[group + u])
+                b0, b1, b2, b3 = load_quad(B, indices[group + u], quad)
+                acc0 += a * b0
+                acc1 += a * b1
+                acc2 += a * b2
+                acc3 += a * b3
+        for nz in range(full_end, end):
+            a = load(data[nz])
+            b0, b1, b2, b3 = load_quad(B, indices[nz], quad)
+            acc0 += a * b0
+            acc1 += a * b1
+            acc2 += a * b2
+            acc3 += a * b3
+        col = quad * QUAD
+        N = C.shape[1]
         if col < N:
             put(C, row, col, acc0, shared)
-        if col + WARP < N:
-            put(C, row, col + WARP, acc1, shared)
-        if col + 2 * WARP < N:
-            put(C, row, col + 2 * WARP, acc2, shared)
-        if col + 3 * WARP < N:
-            put(C, row, col + 3 * WARP, acc3, shared)
+        if col + 1 < N:
+            put(C, row, col + 1, acc1, shared)
+        if col + 2 < N:
+            put(C, row, col + 2, acc2, shared)
+        if col + 3 < N:
+            put(C, row, col + 3, acc3, shared)
 
     return csr_rows
 
@@ -138,18 +189,27 @@ def work_items(indptr: np.ndarray, max_nonzeros: int | None):
     return tuple(a.astype(np.int32) for a in (row, begin, end, shared))
 
 
-def signature(in_kind: str, out_kind: str):
+def signature(in_kind: str, out_kind: str, words: bool = True):
     from numba import from_dtype, types
 
     elem_in = from_dtype(DEVICE_DTYPE[in_kind])
     i32 = types.int32[::1]
-    return (i32, i32, i32, i32, i32, elem_in[::1], types.Array(elem_in, 2, "C"),
+    b_elem = types.uint64 if words else elem_in
+    return (i32, i32, i32, i32, i32, elem_in[::1], types.Array(b_elem, 2, "C"),
             types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.int32)
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_kernel(in_kind: str, out_kind: str):
-    return cuda.jit(signature(in_kind, out_kind), launch_bounds=(THREADS, 1))(kernel_function(in_kind, out_kind))
+def compiled_kernel(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL,
+                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM):
+    return cuda.jit(signature(in_kind, out_kind, words), launch_bounds=(THREADS, min_blocks_per_sm))(
+        kernel_function(in_kind, out_kind, words, unroll))
+
+
+def reads_words(B) -> bool:
+    """Whether B (a C-contiguous DeviceMatrix of 16-bit values) can be read as rows of 8-byte words:
+    whole words per row and an 8-byte aligned start (then every row starts aligned too)."""
+    return B.shape[1] % QUAD == 0 and B.ptr % WORD_BYTES == 0 and B.is_c_contiguous
 
 
 def grid_size(n_items: int, N: int) -> tuple[int, int]:
@@ -168,6 +228,9 @@ class PreparedRows:
     items: tuple                  # device (row, begin, end, shared) of the work items
     cut_rows: object              # device int32 rows cut into several items (None: none)
     arrays: tuple                 # device (indices, data)
+    unroll: int = UNROLL          # compile-time options of the kernel (measured by scripts/tune.py rows)
+    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM
+    words: bool = True            # False: read B element by element even where 8-byte words would do
 
     def __post_init__(self):
         from collections import OrderedDict
@@ -190,7 +253,11 @@ class PreparedRows:
             zero.set(1, self.cut_rows)
             steps.append((zero, math.ceil(self.cut_rows.shape[0] * N / HELPER_THREADS)))
         blocks, n_slices = grid_size(self.items[0].shape[0], N)
-        launch = PackedLaunch(compiled_kernel(self.in_kind, self.out_kind), block=THREADS)
+        words = self.words and reads_words(B)
+        if words:
+            B = B.words()
+        kernel = compiled_kernel(self.in_kind, self.out_kind, words, self.unroll, self.min_blocks_per_sm)
+        launch = PackedLaunch(kernel, block=THREADS)
         for index, value in enumerate((*self.items, *self.arrays, B, C, n_slices)):
             launch.set(index, value)
         steps.append((launch, blocks))
@@ -203,9 +270,16 @@ class PreparedRows:
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
-            max_nonzeros: int | None | str = "auto") -> PreparedRows:
+            max_nonzeros: int | None | str = "auto", unroll: int = UNROLL,
+            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, words: bool = True) -> PreparedRows:
     """``max_nonzeros``: nonzeros per work item at most ("auto": MAX_ITEM_NONZEROS with an fp32 output,
-    no cut with a 16-bit one; None: never cut; an int: cut there, fp32 output only)."""
+    no cut with a 16-bit one; None: never cut; an int: cut there, fp32 output only). ``unroll`` (B loads
+    in flight per lane), ``min_blocks_per_sm`` (the register budget) and ``words`` (8-byte loads of B
+    where its layout allows) are the kernel's tuning knobs, defaults from measurement."""
+    if not (isinstance(unroll, int) and 1 <= unroll <= 32):
+        raise ValueError(f"unroll must be an integer in 1 ... 32, got {unroll!r}")
+    if not (isinstance(min_blocks_per_sm, int) and 1 <= min_blocks_per_sm <= 8):
+        raise ValueError(f"min_blocks_per_sm must be an integer in 1 ... 8, got {min_blocks_per_sm!r}")
     if not isinstance(fmt, formats.CSR):
         raise TypeError(f"the row kernel takes a formats.CSR; got {type(fmt).__name__}")
     if max_nonzeros == "auto":
@@ -220,13 +294,14 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
     data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
     arrays = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (indices, data))
     return PreparedRows("csr-rows", tuple(fmt.shape), in_kind, out_kind,
-                        tuple(cuda.to_device(a) for a in items), cuda.to_device(cut) if cut.size else None, arrays)
+                        tuple(cuda.to_device(a) for a in items), cuda.to_device(cut) if cut.size else None, arrays,
+                        unroll, min_blocks_per_sm, bool(words))
 
 
 register(KernelSpec(
     name="csr-rows",
     description="CSR SpMM on CUDA cores: a warp per (work item of a row, 128 columns), nonzeros shared by "
-                "shfl.sync; fp16 in, fp32 out",
-    build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": (THREADS, 1)}),
-    expected_sass=("SHFL", "LDG", "FFMA"),
+                "shfl.sync, B rows read as 8-byte words, 8 loads in flight per lane; fp16 in, fp32 out",
+    build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
+    expected_sass=("LDG.E.64", "FFMA"),
 ))

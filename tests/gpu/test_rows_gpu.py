@@ -101,3 +101,19 @@ def test_16bit_output_never_cuts_and_cutting_it_is_refused():
     check_product(operator(A, np.float16), A, B, np.float16, "csr arrow, fp16 out, uncut")
     with pytest.raises(ValueError, match="atomically in fp32"):
         operator(A, np.float16, max_nonzeros=16)
+
+
+@pytest.mark.parametrize("options", [{"words": False}, {"unroll": 1}, {"unroll": 3}, {"unroll": 16},
+                                     {"min_blocks_per_sm": 1}, {"min_blocks_per_sm": 4}], ids=str)
+def test_tuning_knobs(options):
+    """Every configuration scripts/tune.py measures computes the same product: the element path where
+    the word path would do, groups of 1 … 16 loads (rows of 0 … 60 nonzeros leave every remainder),
+    other register budgets."""
+    rng = np.random.default_rng(8)
+    lengths = rng.integers(0, 61, 700)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    cols = rng.integers(0, 900, indptr[-1])
+    A_sp = sp.csr_array((rng.standard_normal(indptr[-1]), cols, indptr), shape=(700, 900))
+    A = formats.CSR.from_scipy(A_sp)
+    B = rng.standard_normal((900, 256)).astype(np.float16)
+    check_product(operator(A, **options), A, B, np.float32, f"csr {options}")
