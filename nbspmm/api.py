@@ -42,14 +42,10 @@ KERNELS = {
 }
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
-# experimental=True, so that nobody runs them by accident. (The ping-pong schedules, listed here until
-# their ordered-turns fix ran there, passed the GPU suite and compute-sanitizer on 2026-12-03.)
-UNVERIFIED: dict[tuple[str, str], str] = {
-    ("csr", "rows"): "its cutting of rows longer than 256 nonzeros (commit 70fb33f) has not run on the H200 yet; "
-                     "the uncut kernel passed the GPU suite there (commit 9cf44ee)",
-    ("wcsr", "swapped"): "the swapped orientation is built and checked on the CPU (SASS, layouts) but has not run "
-                         "on the H200 yet",
-}
+# experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules (ordered
+# turns), the swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the
+# GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559 and bac4b4e).
+UNVERIFIED: dict[tuple[str, str], str] = {}
 
 # format="auto": the BCSR kernel multiplies whole 64 × 64 blocks, zeros included, but loads its B rows
 # as one contiguous TMA box per block; the WCSR kernel multiplies condensed 64 × 16 tiles (fewer padding

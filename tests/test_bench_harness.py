@@ -244,3 +244,16 @@ def test_declared_commit_wins_over_a_stale_git(monkeypatch):
     assert environment.commit() == {"hash": "52e71f8", "dirty": False, "source": "NBSPMM_COMMIT"}
     monkeypatch.delenv("NBSPMM_COMMIT")
     assert environment.commit() == {"hash": "c4e63f9133d5", "dirty": True, "source": "git"}
+
+
+def test_an_experimental_default_kernel_is_benchmarked_experimentally(monkeypatch):
+    """'csr' without a variant runs the format's default kernel; when the API lists that kernel as
+    experimental the candidate passes experimental=True (the harness checks every result anyway)."""
+    api = types.ModuleType("nbspmm.api")
+    api.SpMMOperator = object
+    api.KERNELS = {"csr": {"rows": None}, "bcsr": {"v4": None}}
+    api.UNVERIFIED = {("csr", "rows"): "not run on a GPU"}
+    monkeypatch.setitem(sys.modules, "nbspmm.api", api)
+    assert cand.NbspmmCandidate("csr")._operator_kwargs(api)["experimental"] is True
+    assert cand.NbspmmCandidate("csr:rows")._operator_kwargs(api)["experimental"] is True
+    assert "experimental" not in cand.NbspmmCandidate("bcsr")._operator_kwargs(api)

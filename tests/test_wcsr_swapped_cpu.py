@@ -1,6 +1,6 @@
 """The swapped WCSR orientation (C^T = B^T A^T per window) at the level the CPU allows: its
 configuration, the host view of short windows, and its SASS for sm_90a (HGMMA m64n{H}k16 with A
-transposed from shared memory). Not yet run on a GPU: api.UNVERIFIED lists it."""
+transposed from shared memory). Its GPU tests are in tests/gpu/test_wcsr_gpu.py (-k swapped)."""
 from dataclasses import replace
 
 import numpy as np
@@ -44,8 +44,8 @@ def test_short_windows_only_for_the_swapped_kernel():
         wcsr.operand(w16, None)
 
 
-def test_api_marks_it_unverified():
-    assert ("wcsr", "swapped") in api.UNVERIFIED
+def test_api_lists_it():
+    assert "swapped" in api.KERNELS["wcsr"]
 
 
 @pytest.mark.parametrize("unit_rows", [8, 16, 32, 64])

@@ -171,8 +171,12 @@ class NbspmmCandidate:
                                   f"(kernels: {', '.join(table[kwargs['format']])})")
         kwargs.setdefault("kernel", None)
         # A kernel still marked experimental may be benchmarked: the harness checks every result against
-        # the float64 reference before timing it, and a wrong one is reported, not timed.
-        if (kwargs["format"], kwargs["kernel"]) in getattr(api, "UNVERIFIED", {}):
+        # the float64 reference before timing it, and a wrong one is reported, not timed. Without a
+        # variant the format's default kernel (the first of its table) is the one that runs.
+        kernel = kwargs["kernel"]
+        if kernel is None and isinstance(table, dict):
+            kernel = next(iter(table[kwargs["format"]]), None)
+        if (kwargs["format"], kernel) in getattr(api, "UNVERIFIED", {}):
             kwargs["experimental"] = True
         return kwargs
 

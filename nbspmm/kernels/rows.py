@@ -18,15 +18,17 @@ by ``shfl.sync``, whose divergence checks split every nonzero into its own basic
 load in flight per warp: 2.1× slower than cuSPARSE on uniform random matrices. Now the nonzeros are
 taken in groups of ``unroll`` (8): each lane reads the group's column indices and values itself (the
 warp's 32 lanes read the same address: one broadcast transaction) and the group's loop has a constant
-trip count and no branch, so it is unrolled and all 8 B-row loads are issued before the first FFMA
-(see the SASS: ``LDG.E.64`` ×8, then ``FFMA``). Accumulation in fp32, as the tensor-core kernels (same
-error bounds).
+trip count and no branch, so it is unrolled and its B-row loads are issued ahead of the FFMAs (in
+the SASS: ``LDG.E.64`` in waves of 4 within the 64-register budget). Accumulation in fp32, as the
+tensor-core kernels (same error bounds). Measured on the H200 (scripts/tune.py rows): 1.3× faster
+than cuSPARSE on uniform random and stencil matrices, 0.88× on R-MAT, 0.72× on the pubmed replica;
+the first version took 1.5-1.9× as long on the matrices without long rows.
 
 Work items. A row is one warp's serial work, so rows longer than MAX_ITEM_NONZEROS are cut into items
 of at most that many nonzeros (the first measurement, without the cut, took 5.2 ms on R-MAT 2^18 where
-cuSPARSE takes 0.37 ms: its longest rows serialized one warp). Items of a cut row add their partial
-rows with fp32 atomics into C, whose rows are zeroed first (fp32 output only: with a 16-bit output no
-row is cut). A warp takes item (block · 8 + warp) and one 128-column slice.
+cuSPARSE takes 0.37 ms: its longest rows serialized one warp; the current kernel takes 1.88 ms uncut
+and 0.51 ms cut). Items of a cut row add their partial rows with fp32 atomics into C, whose rows are
+zeroed first (fp32 output only: with a 16-bit output no row is cut). A warp takes item (block · 8 + warp) and one 128-column slice.
 """
 from __future__ import annotations
 
@@ -45,20 +47,21 @@ WARP = 32
 QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
 SLICE_COLS = WARP * QUAD          # 128 columns of C per warp: one 256-byte B row per warp load
 WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
-# Nonzeros whose B rows a warp loads before it multiplies any of them. Little's law: an SM's share of
+# Nonzeros whose B rows a warp loads before it multiplies any of them (measured: groups of 4 and of 8
+# within 1% in geomean over five scattered matrices, 16 slower). Little's law: an SM's share of
 # the copy rate (4.3 TB/s / 132 SMs ≈ 33 GB/s) over a loaded HBM latency of ~1 µs is ~33 KB in flight
 # per SM; 8 rows of 256 B per warp × 32 resident warps is 64 KB, room for L2 hits' shorter latency.
 UNROLL = 8
 ROWS_PER_BLOCK = 8                # warps per thread block, one work item each: 256 threads
 THREADS = ROWS_PER_BLOCK * WARP
-# Resident blocks per SM the register allocation must allow. The unrolled group of 8 takes 72 registers
-# (3 blocks of 256 threads fit the 64 K-register file: 24 warps, 8 loads in flight each); asked for 4
-# blocks (64 registers) ptxas issues the group's loads 4 at a time (32 warps × 4). On the CPU:
-# ``python -m nbspmm sass csr-rows``; measured against each other by ``scripts/tune.py rows``.
-MIN_BLOCKS_PER_SM = 3
+# Resident blocks per SM the register allocation must allow: 4 × 256 threads × 64 registers fill the
+# 64 K-register file (32 warps). ptxas then issues a group's 8 loads in two waves of 4; with 3 blocks
+# (72 registers, 24 warps) all 8 go out before the first FFMA. Measured (scripts/tune.py rows, H200,
+# bac4b4e): 4 blocks 5-13% faster on all five scattered matrices (uniform 2^20: 1348 vs 1522 µs).
+MIN_BLOCKS_PER_SM = 4
 LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
-# Nonzeros per work item at most (fp32 output): 8 rounds of the warp's 32-nonzero fetch. Rows of up to
-# 256 nonzeros (almost all rows of the paper-scale suites) stay whole; longer ones are cut.
+# Nonzeros per work item at most (fp32 output): 32 groups of 8. Rows of up to 256 nonzeros (almost all
+# rows of the paper-scale suites) stay whole; longer ones are cut.
 MAX_ITEM_NONZEROS = 256
 HELPER_THREADS = 256
 HALF_BITS = 16                    # one 16-bit value in the 64-bit word: value i is bits [16 i, 16 i + 16)
