@@ -321,8 +321,8 @@ def part_block32(timer) -> list[dict]:
 
 ROWS_MATRICES = ("rmat-s18-4.2M", "uniform-65536x65536-1.0M", "uniform-1048576x1048576-8.4M", "stencil27-64x64x64",
                  "replica-pubmed-x45")
-ROWS_CONFIGS = ({}, {"min_blocks_per_sm": 4}, {"unroll": 4, "min_blocks_per_sm": 4}, {"unroll": 16},
-                {"words": False}, {"max_nonzeros": None})
+ROWS_CONFIGS = ({}, {"unroll": 8, "min_blocks_per_sm": 3}, {"unroll": 8}, {"unroll": 2}, {"words": False},
+                {"max_nonzeros": None})
 
 
 def time_cusparse(case: Case, timer) -> dict:

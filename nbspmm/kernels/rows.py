@@ -28,7 +28,9 @@ Work items. A row is one warp's serial work, so rows longer than MAX_ITEM_NONZER
 of at most that many nonzeros (the first measurement, without the cut, took 5.2 ms on R-MAT 2^18 where
 cuSPARSE takes 0.37 ms: its longest rows serialized one warp; the current kernel takes 1.88 ms uncut
 and 0.51 ms cut). Items of a cut row add their partial rows with fp32 atomics into C, whose rows are
-zeroed first (fp32 output only: with a 16-bit output no row is cut). A warp takes item (block · 8 + warp) and one 128-column slice.
+zeroed first (fp32 output only: with a 16-bit output no row is cut). The lanes of a thread block take
+its items in order, 32 / 16 / 8 lanes per item (N > 64 / N <= 64 / N <= 32), each group one slice of
+128 / 64 / 32 columns.
 """
 from __future__ import annotations
 
@@ -45,22 +47,25 @@ from nbspmm.kernels.registry import KernelSpec, register
 
 WARP = 32
 QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
-SLICE_COLS = WARP * QUAD          # 128 columns of C per warp: one 256-byte B row per warp load
+SLICE_COLS = WARP * QUAD          # 128 columns of C per warp (N > 64): one 256-byte B row per warp load
 WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
-# Nonzeros whose B rows a warp loads before it multiplies any of them (measured: groups of 4 and of 8
-# within 1% in geomean over five scattered matrices, 16 slower). Little's law: an SM's share of
+# Nonzeros whose B rows a lane loads before it multiplies any of them. Little's law: an SM's share of
 # the copy rate (4.3 TB/s / 132 SMs ≈ 33 GB/s) over a loaded HBM latency of ~1 µs is ~33 KB in flight
-# per SM; 8 rows of 256 B per warp × 32 resident warps is 64 KB, room for L2 hits' shorter latency.
-UNROLL = 8
-ROWS_PER_BLOCK = 8                # warps per thread block, one work item each: 256 threads
-THREADS = ROWS_PER_BLOCK * WARP
+# per SM; 4 rows of 256 B per warp × 32 resident warps is 32 KB. What ptxas makes of the unrolled group
+# (python -m nbspmm sass csr-rows; loads issued before the first FFMA / registers):
+#   unroll 4, 4 blocks per SM: 4 / 62;  unroll 8, 3 blocks: 8 / 80;  unroll 8, 4 blocks: two waves
+#   of 4 / 64;  unroll 4, 6 blocks: 2 / 40.
+# Measured against each other by scripts/tune.py rows (BENCHMARKS.md).
+UNROLL = 4
+THREADS = 256                     # 8 warps per thread block
+# Lanes that share a work item, by N: 8 lanes cover 32 columns, 16 cover 64, a warp 128 (and slices of
+# 128 columns beyond). The lanes of an item read one B row per instruction; a warp serves 32 / lanes items.
+LANE_GROUPS = (8, 16, WARP)
 # Resident blocks per SM the register allocation must allow: 4 × 256 threads × 64 registers fill the
-# 64 K-register file (32 warps). ptxas then issues a group's 8 loads in two waves of 4; with 3 blocks
-# (72 registers, 24 warps) all 8 go out before the first FFMA. Measured (scripts/tune.py rows, H200,
-# bac4b4e): 4 blocks 5-13% faster on all five scattered matrices (uniform 2^20: 1348 vs 1522 µs).
+# 64 K-register file (32 warps).
 MIN_BLOCKS_PER_SM = 4
 LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
-# Nonzeros per work item at most (fp32 output): 32 groups of 8. Rows of up to 256 nonzeros (almost all
+# Nonzeros per work item at most (fp32 output): 64 groups of 4. Rows of up to 256 nonzeros (almost all
 # rows of the paper-scale suites) stay whole; longer ones are cut.
 MAX_ITEM_NONZEROS = 256
 HELPER_THREADS = 256
@@ -113,41 +118,54 @@ def _make_quad_loader(in_kind: str, words: bool):
     return load_quad
 
 
+def lanes_per_item(N: int) -> int:
+    """Lanes that share one work item: as few as cover N's quads (8, 16 or a whole warp of 32), so that a
+    narrow C does not leave lanes idle (N = 64: two rows per warp; N <= 32: four)."""
+    for lanes in LANE_GROUPS:
+        if N <= lanes * QUAD:
+            return lanes
+    return WARP
+
+
 @functools.lru_cache(maxsize=None)
-def kernel_function(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL):
+def kernel_function(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL, lanes: int = WARP):
+    if lanes not in LANE_GROUPS:
+        raise ValueError(f"lanes per item must be one of {LANE_GROUPS}, got {lanes}")
     load, put, load_quad = make_loader(in_kind), _make_put(out_kind), _make_quad_loader(in_kind, words)
+    zero = float32(0.0)
+    items_per_block = THREADS // lanes
 
     def csr_rows(item_row, item_begin, item_end, item_shared, indices, data, B, C, n_slices):
-        warp = cuda.threadIdx.x // WARP
-        lane = cuda.threadIdx.x % WARP
-        item = (cuda.blockIdx.x // n_slices) * ROWS_PER_BLOCK + warp
-        if item >= item_row.shape[0]:
+        lane = cuda.threadIdx.x % lanes
+        item = (cuda.blockIdx.x // n_slices) * items_per_block + cuda.threadIdx.x // lanes
+        if item >= item_row.shape[0]:   # no warp-wide operation follows: lanes may leave on their own
             return
         row = item_row[item]
         shared = item_shared[item] != 0
-        quad = (cuda.blockIdx.x % n_slices) * WARP + lane      # this lane's columns: 4 quad ... 4 quad + 3
+        quad = (cuda.blockIdx.x % n_slices) * lanes + lane     # this lane's columns: 4 quad ... 4 quad + 3
         acc0 = acc1 = acc2 = acc3 = float32(0.0)
         begin = item_begin[item]
         end = item_end[item]
-        # Every lane reads each nonzero's column index and value itself: the 32 lanes ask for the same
-        # address, one L1 transaction (a broadcast), and no shuffle splits the group into basic blocks.
-        full_end = begin + (end - begin) // unroll * unroll
-        for group in range(begin, full_end, unroll):
-            # A constant trip count: unrolled, its `unroll` B loads all in flight before the first FFMA.
+        # Every lane reads each nonzero's column index and value itself: the item's lanes ask for the
+        # same address, one L1 transaction (a broadcast), and no shuffle splits the group into blocks.
+        # The last group of a row may be partial: its missing nonzeros re-read the row's last one (a
+        # valid address) and add a selected zero, so short rows too get all their loads in flight at
+        # once (a row of 4.5 nonzeros, pubmed's mean, was a serial chain of index -> B-row loads).
+        last = end - 1
+        for group in range(begin, end, unroll):
+            # A constant trip count, no branch: unrolled, its loads issued ahead of the FFMAs.
             for u in range(unroll):
-                a = load(data[group + u])
-                b0, b1, b2, b3 = load_quad(B, indices[group + u], quad)
+                nz = group + u
+                valid = nz <= last
+                at = min(nz, last)
+                a = load(data[at])
+                b0, b1, b2, b3 = load_quad(B, indices[at], quad)
+                if not valid:   # both factors zeroed (selects): 0 · 0, never 0 · Inf = NaN
+                    a = b0 = b1 = b2 = b3 = zero
                 acc0 += a * b0
                 acc1 += a * b1
                 acc2 += a * b2
                 acc3 += a * b3
-        for nz in range(full_end, end):
-            a = load(data[nz])
-            b0, b1, b2, b3 = load_quad(B, indices[nz], quad)
-            acc0 += a * b0
-            acc1 += a * b1
-            acc2 += a * b2
-            acc3 += a * b3
         col = quad * QUAD
         N = C.shape[1]
         if col < N:
@@ -204,9 +222,9 @@ def signature(in_kind: str, out_kind: str, words: bool = True):
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernel(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL,
-                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM):
+                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, lanes: int = WARP):
     return cuda.jit(signature(in_kind, out_kind, words), launch_bounds=(THREADS, min_blocks_per_sm))(
-        kernel_function(in_kind, out_kind, words, unroll))
+        kernel_function(in_kind, out_kind, words, unroll, lanes))
 
 
 def reads_words(B) -> bool:
@@ -216,9 +234,11 @@ def reads_words(B) -> bool:
 
 
 def grid_size(n_items: int, N: int) -> tuple[int, int]:
-    """(thread blocks, column slices): ceil(items / 8) item blocks × ceil(N / 128) slices, one 1-D grid."""
-    n_slices = max(1, math.ceil(N / SLICE_COLS))
-    return math.ceil(n_items / ROWS_PER_BLOCK) * n_slices, n_slices
+    """(thread blocks, column slices) of one 1-D grid: item blocks (256 threads / lanes_per_item(N) items
+    each) × column slices of lanes_per_item(N) × 4 columns."""
+    lanes = lanes_per_item(N)
+    n_slices = max(1, math.ceil(N / (lanes * QUAD)))
+    return math.ceil(n_items / (THREADS // lanes)) * n_slices, n_slices
 
 
 @dataclass
@@ -259,7 +279,8 @@ class PreparedRows:
         words = self.words and reads_words(B)
         if words:
             B = B.words()
-        kernel = compiled_kernel(self.in_kind, self.out_kind, words, self.unroll, self.min_blocks_per_sm)
+        kernel = compiled_kernel(self.in_kind, self.out_kind, words, self.unroll, self.min_blocks_per_sm,
+                                 lanes_per_item(N))
         launch = PackedLaunch(kernel, block=THREADS)
         for index, value in enumerate((*self.items, *self.arrays, B, C, n_slices)):
             launch.set(index, value)
