@@ -54,6 +54,17 @@ UNVERIFIED: dict[tuple[str, str], str] = {}
 # the shipped matrices, NOTES.md): BCSR was faster up to a ratio of 2.9 (jagmesh7 7.2 vs 8.8 µs, bayer10
 # 14.7 vs 16.9; 9 matrices), WCSR from 4.1 on (rajat01 20.5 vs 26.6 µs; citeseer, cora, pubmed at 16-40).
 AUTO_BCSR_MAX_BYTES_RATIO = 3.5
+# Then WCSR or the CUDA-core CSR row kernel, by the WCSR tiles' fill (``WCSR.stats().fill_ratio``): below
+# AUTO_CSR_MAX_TILE_FILL a 64-row window shares almost no columns, WCSR gathers about one B row per
+# nonzero anyway and stages ~60 padding zeros per nonzero, and the row kernel does the same gathers
+# without them. Measured on the H200 (2026-12-03, commits 0b8eb23 / bb5ec34, N = 64 / 128 / 256, BENCHMARKS.md):
+# at fills of 1.5-1.7% (R-MAT, uniform random, pubmed and its replica) the row kernel took 0.24-0.7× the
+# WCSR time; at 3.9% (rajat01 and its replica) WCSR was faster at N = 128 and 256 (671 vs 706 µs), and at
+# 4.6-5.4% (27-point stencils) the row kernel won at N <= 128 and lost at 256, so the bound sits below
+# both. Below AUTO_CSR_MIN_NNZ nonzeros a product takes 10-20 µs, bound by latency, and WCSR's persistent
+# grid won (citeseer, cora: 4.7-5.4 K nonzeros at 1.6% fill, 13-14 µs against 17-25).
+AUTO_CSR_MAX_TILE_FILL = 0.025
+AUTO_CSR_MIN_NNZ = 65536
 
 
 def bcsr_to_wcsr_bytes(A: sp.csr_matrix, wcsr: formats.WCSR, block_shape=(64, 64)) -> float:
@@ -87,6 +98,9 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
         wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
         if bcsr_to_wcsr_bytes(A, wcsr, block_shape) <= AUTO_BCSR_MAX_BYTES_RATIO:
             return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
+        stats = wcsr.stats()
+        if stats.fill_ratio < AUTO_CSR_MAX_TILE_FILL and stats.nnz >= AUTO_CSR_MIN_NNZ:
+            return "csr", formats.CSR.from_scipy(A, dtype=dtype)
         return "wcsr", wcsr
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 

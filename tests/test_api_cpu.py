@@ -82,6 +82,29 @@ def test_format_auto_picks_by_stored_bytes():
     assert api._build_format(sp.csr_matrix((100, 70)), "auto", np.float16, (64, 64), 64, 16)[0] == "bcsr"
 
 
+def test_format_auto_sends_large_scattered_matrices_to_the_row_kernel():
+    """Below AUTO_CSR_MAX_TILE_FILL (and from AUTO_CSR_MIN_NNZ nonzeros on) the CSR row kernel; a small
+    scattered matrix, or a fuller irregular one, stays WCSR."""
+    import scipy.sparse as sp
+
+    import formats
+    from nbspmm import api
+
+    rng = np.random.default_rng(1)
+    scattered = sp.csr_matrix(sp.random_array((16384, 16384), density=5e-4, rng=rng, format="csr"))  # 134 K nnz
+    assert formats.WCSR.from_scipy(scattered).stats().fill_ratio < api.AUTO_CSR_MAX_TILE_FILL
+    name, built = api._build_format(scattered, "auto", np.float16, (64, 64), 64, 16)
+    assert name == "csr" and isinstance(built, formats.CSR) and built.nnz == scattered.nnz
+    small = sp.csr_matrix(scattered[:2048, :2048])                                   # ~2 K nnz, same fill
+    assert small.nnz < api.AUTO_CSR_MIN_NNZ
+    assert api._build_format(small, "auto", np.float16, (64, 64), 64, 16)[0] == "wcsr"
+    banded = sp.csr_matrix(sp.diags([rng.standard_normal(20000 - abs(d)) for d in range(-6, 7, 3)],
+                                    list(range(-6, 7, 3)), shape=(20000, 20000)))     # 5 diagonals: fuller tiles
+    fill = formats.WCSR.from_scipy(banded).stats().fill_ratio
+    name = api._build_format(banded, "auto", np.float16, (64, 64), 64, 16)[0]
+    assert fill >= api.AUTO_CSR_MAX_TILE_FILL and name in ("bcsr", "wcsr")
+
+
 def test_format_auto_leaves_the_callers_matrix_alone():
     """Duplicates and unsorted indices: the choice is the same, and the caller's arrays are not touched."""
     import scipy.sparse as sp

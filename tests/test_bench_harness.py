@@ -257,3 +257,14 @@ def test_an_experimental_default_kernel_is_benchmarked_experimentally(monkeypatc
     assert cand.NbspmmCandidate("csr")._operator_kwargs(api)["experimental"] is True
     assert cand.NbspmmCandidate("csr:rows")._operator_kwargs(api)["experimental"] is True
     assert "experimental" not in cand.NbspmmCandidate("bcsr")._operator_kwargs(api)
+
+
+def test_auto_is_the_apis_own_choice(monkeypatch):
+    api = types.ModuleType("nbspmm.api")
+    api.SpMMOperator = object
+    api.KERNELS = {"bcsr": {"v4": None}}
+    monkeypatch.setitem(sys.modules, "nbspmm.api", api)
+    assert cand.NbspmmCandidate("auto")._operator_kwargs(api) == {"format": "auto"}
+    assert cand.NbspmmCandidate("auto").available() == (True, "")
+    with pytest.raises(ValueError, match="no variant"):
+        cand.NbspmmCandidate("auto:v4")._operator_kwargs(api)

@@ -28,7 +28,7 @@ def test_sass_reads_b_as_words_all_loads_of_a_group_in_flight(in_kind, out_kind)
     found = instructions(k.sass)
     assert "LDG.E.64" in found and any(m.startswith("FFMA") for m in found), sorted(found)
     assert not any(m.startswith("SHFL") for m in found)        # no shuffle: no divergence checks in the group
-    # The whole group's loads are issued before its first FFMA (within the 4-blocks-per-SM budget).
+    # A group's loads are issued before its first FFMA (within the 4-blocks-per-SM budget).
     assert _loads_before_first_use(k.sass, "LDG.E.64") == rows.UNROLL
     assert k.info.registers <= 65536 // (rows.THREADS * rows.MIN_BLOCKS_PER_SM)
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass

@@ -99,10 +99,11 @@ NBSPMM_FORMATS = {
     "baseline": {"format": "wcsr", "kernel": "baseline"},
     "csr": {"format": "csr"},
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
+    "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
 }
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr"}
+NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr", "auto": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
@@ -161,6 +162,10 @@ class NbspmmCandidate:
         if self.variant is not None:
             kwargs["kernel"] = self.variant
         table = getattr(api, "KERNELS", None)  # format -> {kernel name: ...}, when the API publishes it
+        if kwargs["format"] == "auto":
+            if self.variant is not None:
+                raise ValueError(f"kernel {self.name!r}: 'auto' picks the format and its default kernel; no variant")
+            return kwargs                      # the API's own choice, default kernels only
         if isinstance(table, dict):
             if kwargs["format"] not in table:
                 raise NotBuiltYet(f"nbspmm.api has no format {kwargs['format']!r} yet "

@@ -51,10 +51,10 @@ SLICE_COLS = WARP * QUAD          # 128 columns of C per warp (N > 64): one 256-
 WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
 # Nonzeros whose B rows a lane loads before it multiplies any of them. Little's law: an SM's share of
 # the copy rate (4.3 TB/s / 132 SMs ≈ 33 GB/s) over a loaded HBM latency of ~1 µs is ~33 KB in flight
-# per SM; 4 rows of 256 B per warp × 32 resident warps is 32 KB. What ptxas makes of the unrolled group
-# (python -m nbspmm sass csr-rows; loads issued before the first FFMA / registers):
-#   unroll 4, 4 blocks per SM: 4 / 62;  unroll 8, 3 blocks: 8 / 80;  unroll 8, 4 blocks: two waves
-#   of 4 / 64;  unroll 4, 6 blocks: 2 / 40.
+# per SM; 4 rows of 256 B per warp × 32 resident warps is 32 KB. What ptxas makes of the unrolled whole
+# group and the masked partial one (python -m nbspmm sass csr-rows; loads issued before the first FFMA
+# of each group / registers): unroll 4, 4 blocks per SM: 4 and 4 / 56; unroll 8, 3 blocks: 8 and 8 /
+# 80; unroll 8, 4 blocks: spills 12 bytes.
 # Measured against each other by scripts/tune.py rows (BENCHMARKS.md).
 UNROLL = 4
 THREADS = 256                     # 8 warps per thread block
@@ -148,14 +148,24 @@ def kernel_function(in_kind: str, out_kind: str, words: bool = True, unroll: int
         end = item_end[item]
         # Every lane reads each nonzero's column index and value itself: the item's lanes ask for the
         # same address, one L1 transaction (a broadcast), and no shuffle splits the group into blocks.
-        # The last group of a row may be partial: its missing nonzeros re-read the row's last one (a
-        # valid address) and add a selected zero, so short rows too get all their loads in flight at
-        # once (a row of 4.5 nonzeros, pubmed's mean, was a serial chain of index -> B-row loads).
-        last = end - 1
-        for group in range(begin, end, unroll):
-            # A constant trip count, no branch: unrolled, its loads issued ahead of the FFMAs.
+        # Whole groups first: a constant trip count and no branch, so each is unrolled and its loads
+        # are issued ahead of its FFMAs.
+        full_end = begin + (end - begin) // unroll * unroll
+        for group in range(begin, full_end, unroll):
             for u in range(unroll):
-                nz = group + u
+                a = load(data[group + u])
+                b0, b1, b2, b3 = load_quad(B, indices[group + u], quad)
+                acc0 += a * b0
+                acc1 += a * b1
+                acc2 += a * b2
+                acc3 += a * b3
+        # Then the partial group as one masked group: its missing nonzeros re-read the row's last one (a
+        # valid address) and add zero, so a short row's loads too are all in flight at once (a serial
+        # loop here made a row of 4.5 nonzeros, pubmed's mean, a chain of index -> B-row loads).
+        if full_end < end:
+            last = end - 1
+            for u in range(unroll):
+                nz = full_end + u
                 valid = nz <= last
                 at = min(nz, last)
                 a = load(data[at])
