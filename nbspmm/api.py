@@ -108,8 +108,8 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
 class SpMMOperator:
     """A sparse matrix prepared on the GPU for repeated products ``C = A @ B``.
 
-    Parameters: ``format`` "auto" | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices;
-    experimental); ``kernel`` a kernel name of that format (see ``KERNELS``; default: the first listed);
+    Parameters: ``format`` "auto" (BCSR, CSR or WCSR, by the rule above) | "bcsr" | "wcsr" | "csr" (CUDA
+    cores, for scattered matrices); ``kernel`` a kernel name of that format (see ``KERNELS``; default: the first listed);
     ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
     (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
