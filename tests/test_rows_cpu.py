@@ -5,18 +5,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.kernels import rows
-
-
-def _loads_before_first_use(sass: str, load: str) -> int:
-    """The longest run of `load` instructions with no FFMA between them: B rows in flight per lane."""
-    best = run = 0
-    for line in sass.splitlines():
-        if load in line:
-            run += 1
-            best = max(best, run)
-        elif "FFMA" in line or "FSEL" in line:
-            run = 0
-    return best
+from nbspmm.teach import scattered
 
 
 @pytest.mark.parametrize("in_kind,out_kind", [("f16", "f32"), ("bf16", "bf16"), ("f16", "f16")])
@@ -29,7 +18,7 @@ def test_sass_reads_b_as_words_all_loads_of_a_group_in_flight(in_kind, out_kind)
     assert "LDG.E.64" in found and any(m.startswith("FFMA") for m in found), sorted(found)
     assert not any(m.startswith("SHFL") for m in found)        # no shuffle: no divergence checks in the group
     # A group's loads are issued before its first FFMA (within the 4-blocks-per-SM budget).
-    assert _loads_before_first_use(k.sass, "LDG.E.64") == rows.UNROLL
+    assert scattered.loads_before_first_use(k.sass) == [rows.UNROLL, rows.UNROLL]   # whole groups, then the partial one
     assert k.info.registers <= 65536 // (rows.THREADS * rows.MIN_BLOCKS_PER_SM)
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass
 

@@ -19,6 +19,8 @@ narrative over imported code. Nothing here needs a GPU except ``live`` and the r
              product emulated per thread
   balance    the WCSR kernel's load balancing measured (split vs unsplit windows, atomic vs two-pass
              combination): the recorder (GPU), its record format, checks, tables; the arrow matrix
+  scattered  notebook 07's section on scattered matrices: WCSR tile fill and ``format="auto"``'s pick,
+             the row kernel's loads in flight read from its SASS, the recorded paper-scale comparison
   plots      matplotlib drawings of all the above (spy plots, condensed tiles, split plans, swizzle,
              fragment map, descriptor bits, phase diagram, timeline, cost floors, load balance)
   live       the same cells on a Hopper GPU: timing with CUDA events, the ladder, the benchmark
