@@ -44,7 +44,7 @@ FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
 # experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules (ordered
 # turns), the swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the
-# GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559 and bac4b4e).
+# GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de).
 UNVERIFIED: dict[tuple[str, str], str] = {}
 
 # format="auto": the BCSR kernel multiplies whole 64 × 64 blocks, zeros included, but loads its B rows
@@ -58,7 +58,7 @@ AUTO_BCSR_MAX_BYTES_RATIO = 3.5
 # AUTO_CSR_MAX_TILE_FILL a 64-row window shares almost no columns, WCSR gathers about one B row per
 # nonzero anyway and stages ~60 padding zeros per nonzero, and the row kernel does the same gathers
 # without them. Measured on the H200 (2026-12-03, commits 0b8eb23 / bb5ec34, N = 64 / 128 / 256, BENCHMARKS.md):
-# at fills of 1.5-1.7% (R-MAT, uniform random, pubmed and its replica) the row kernel took 0.24-0.7× the
+# at fills of 1.5-1.7% (R-MAT, uniform random, pubmed and its replica) the row kernel took 0.2-0.7× the
 # WCSR time; at 3.9% (rajat01 and its replica) WCSR was faster at N = 128 and 256 (671 vs 706 µs), and at
 # 4.6-5.4% (27-point stencils) the row kernel won at N <= 128 and lost at 256, so the bound sits below
 # both. Below AUTO_CSR_MIN_NNZ nonzeros a product takes 10-20 µs, bound by latency, and WCSR's persistent

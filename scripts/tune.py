@@ -339,6 +339,7 @@ def time_cusparse(case: Case, timer) -> dict:
 
 
 def part_rows(timer) -> list[dict]:
+    """The row kernel's knobs (ROWS_CONFIGS) on five scattered paper-scale matrices, cuSPARSE first."""
     specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform", "stencil27", "replica"))}
     rows = []
     for label in ROWS_MATRICES:

@@ -6,27 +6,30 @@ kernel stages and multiplies ~60 zeros per nonzero and gathers one B row per non
 work that must be done is cuSPARSE's: for each nonzero A[i, k], C[i, :] += A[i, k] · B[k, :] — one B
 row read (from L2, mostly) per nonzero, no zeros moved. This kernel does exactly that.
 
-Thread mapping: one warp per (row of A, 128-column slice of C). Lane l owns the four consecutive
+Thread mapping: one warp per (row of A, 128-column slice of C) — or half / a quarter of a warp where
+N <= 64 / N <= 32, so that narrow products do not leave lanes idle. A lane owns the four consecutive
 columns 4 l ... 4 l + 3 of the slice and reads them as one 8-byte word, so one load instruction of the
-warp reads a whole 256-byte B row (N = 128, 16-bit B). Where N is not a multiple of 4 (or B's start not
-8-byte aligned) the same lanes read the four values one by one.
+row's lanes reads a whole B row (256 bytes at N = 128, 16-bit B). Where N is not a multiple of 4 (or
+B's start not 8-byte aligned) the same lanes read the four values one by one.
 
 Memory-level parallelism decides the speed: a scattered matrix's B rows come from HBM or L2 in no
 order, so the kernel is bound by how many row loads are in flight, not by bytes or flops. The first
 version (lane l owned columns l, l + 32, ...; four 2-byte loads per nonzero, the row's nonzeros shared
 by ``shfl.sync``, whose divergence checks split every nonzero into its own basic block) kept about one
 load in flight per warp: 2.1× slower than cuSPARSE on uniform random matrices. Now the nonzeros are
-taken in groups of ``unroll`` (8): each lane reads the group's column indices and values itself (the
-warp's 32 lanes read the same address: one broadcast transaction) and the group's loop has a constant
-trip count and no branch, so it is unrolled and its B-row loads are issued ahead of the FFMAs (in
-the SASS: ``LDG.E.64`` in waves of 4 within the 64-register budget). Accumulation in fp32, as the
-tensor-core kernels (same error bounds). Measured on the H200 (scripts/tune.py rows): 1.3× faster
-than cuSPARSE on uniform random and stencil matrices, 0.88× on R-MAT, 0.72× on the pubmed replica;
-the first version took 1.5-1.9× as long on the matrices without long rows.
+taken in groups of ``unroll`` (4): each lane reads the group's column indices and values itself (the
+row's lanes read the same address: one broadcast transaction), the group's loop has a constant trip
+count and no branch, so it is unrolled and its 4 B-row loads are issued before its first FFMA (see
+``python -m nbspmm sass csr-rows``), and a row's last, partial group is one masked group, not a loop.
+Accumulation in fp32, as the tensor-core kernels (same error bounds). Measured on the H200 (86a30de,
+N = 128, BENCHMARKS.md "Session 5"): 0.94-1.01× cuSPARSE on uniform random matrices, 0.64-0.72× on
+R-MAT, 0.59× on the pubmed replica (rows of 4.5 nonzeros: each a chain of dependent loads); 1.15× over
+the paper-scale suite at N = 64. The first version took 1.5-1.9× as long on the matrices without long
+rows.
 
 Work items. A row is one warp's serial work, so rows longer than MAX_ITEM_NONZEROS are cut into items
 of at most that many nonzeros (the first measurement, without the cut, took 5.2 ms on R-MAT 2^18 where
-cuSPARSE takes 0.37 ms: its longest rows serialized one warp; the current kernel takes 1.88 ms uncut
+cuSPARSE takes 0.37 ms: its longest rows serialized one warp; the kernel of bac4b4e took 1.88 ms uncut
 and 0.51 ms cut). Items of a cut row add their partial rows with fp32 atomics into C, whose rows are
 zeroed first (fp32 output only: with a 16-bit output no row is cut). The lanes of a thread block take
 its items in order, 32 / 16 / 8 lanes per item (N > 64 / N <= 64 / N <= 32), each group one slice of
@@ -334,8 +337,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
 
 register(KernelSpec(
     name="csr-rows",
-    description="CSR SpMM on CUDA cores: a warp per (work item of a row, 128 columns), nonzeros shared by "
-                "shfl.sync, B rows read as 8-byte words, 8 loads in flight per lane; fp16 in, fp32 out",
+    description="CSR SpMM on CUDA cores: 32 / 16 / 8 lanes per (work item of a row, column slice), B rows "
+                "read as 8-byte words, groups of 4 nonzeros with their loads in flight; fp16 in, fp32 out",
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.64", "FFMA"),
 ))
