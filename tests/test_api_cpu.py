@@ -119,3 +119,17 @@ def test_format_auto_leaves_the_callers_matrix_alone():
     assert name == api._build_format(canonical, "auto", np.float16, (64, 64), 64, 16)[0]
     assert built.to_scipy().toarray()[0, 5] == 4.0          # the duplicates summed in the built format
     assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
+
+
+def test_format_auto_on_the_shipped_matrices():
+    """What format="auto" picks for the 13 shipped matrices (NOTES.md, session 5): BCSR for 9, WCSR for
+    citeseer, cora (too small for the row kernel) and rajat01 (tiles 3.8% full), CSR for pubmed."""
+    import scipy.sparse as sp
+
+    from nbspmm import api
+    from nbspmm.bench import suites
+
+    picked = {path.stem: api._build_format(sp.csr_matrix(suites.load_matrix(path).matrix), "auto", np.float16,
+                                           (64, 64), 64, 16)[0] for path in suites.shipped_matrices()}
+    assert {name for name, fmt in picked.items() if fmt != "bcsr"} == {"citeseer", "cora", "rajat01", "pubmed"}
+    assert picked["pubmed"] == "csr" and picked["rajat01"] == picked["cora"] == picked["citeseer"] == "wcsr"
