@@ -1,0 +1,116 @@
+"""cuSPARSE at its best without a GPU: the ctypes layer loads lazily and says why it cannot, the enum
+values are cuSPARSE's, the peers report themselves missing, and the peer groups keep the best CORRECT
+member (fakes stand in for the GPU; their times are made up)."""
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from nbspmm.bench import candidates as cand
+from nbspmm.bench import cusparse, harness, peer_groups, peers, suites
+from nbspmm.bench.cli import peer_list
+from tests.bench_fakes import FAKE_CEILINGS, FakeBackend, FakeCandidate, FakeTimer
+
+
+def test_enum_values_are_cusparses():
+    # cusparse.h (CUDA 12) cusparseSpMMAlg_t; a wrong value would silently run another algorithm
+    assert cusparse.CSR_ALGORITHMS == {"default": 0, "alg1": 4, "alg2": 6, "alg3": 12}
+    assert (cusparse.CUSPARSE_SPMM_BLOCKED_ELL_ALG1, cusparse.CUSPARSE_SPMM_BSR_ALG1) == (13, 14)
+    assert (cusparse.CUDA_R_32F, cusparse.CUDA_R_16F, cusparse.CUDA_R_16BF) == (0, 2, 14)
+    assert (cusparse.CUSPARSE_INDEX_32I, cusparse.CUSPARSE_ORDER_ROW, cusparse.CUSPARSE_ORDER_COL) == (2, 2, 1)
+
+
+def test_importing_loads_no_library_and_import_nbspmm_needs_no_torch():
+    code = ("import sys, nbspmm, nbspmm.bench.cusparse, nbspmm.bench.peers, nbspmm.bench.peer_groups;"
+            "maps = open('/proc/self/maps').read();"
+            "assert 'libcusparse' not in maps, 'loaded at import';"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_load_says_why_it_cannot(monkeypatch, tmp_path):
+    monkeypatch.setattr(cusparse, "find_libcusparse", lambda: None)
+    with pytest.raises(cusparse.NotAvailable, match="no libcusparse found"):
+        cusparse.load()
+    fake = tmp_path / "libcusparse.so.13"
+    fake.write_text("not a library")
+    monkeypatch.setattr(cusparse, "find_libcusparse", lambda: str(fake))
+    with pytest.raises(cusparse.NotAvailable, match="libcusparse.so.13"):
+        cusparse.load()
+
+
+def test_a_failed_status_raises_with_its_name():
+    class Lib:
+        @staticmethod
+        def cusparseGetErrorString(status):
+            return b"CUSPARSE_STATUS_NOT_SUPPORTED"
+
+    cs = object.__new__(cusparse.CuSparse)
+    cs.lib = Lib()
+    cs.check(cusparse.CUSPARSE_STATUS_SUCCESS, "fine")
+    with pytest.raises(cusparse.CusparseError, match=r"cusparseSpMM failed: status 10 \(CUSPARSE_STATUS_NOT_SUPPORTED\)"):
+        cs.check(cusparse.CUSPARSE_STATUS_NOT_SUPPORTED, "cusparseSpMM")
+
+
+def test_the_peers_exist_and_are_missing_without_a_gpu():
+    names = peers.CUSPARSE_CSR_PEERS + peers.CUSPARSE_BELL_PEERS
+    assert len(peers.CUSPARSE_CSR_PEERS) == 8 and "cusparse_csr:alg3:fp32" in names
+    assert peers.CUSPARSE_BELL_PEERS == ("cusparse_bell:8", "cusparse_bell:16", "cusparse_bell:32", "cusparse_bell:64")
+    for name in names:
+        peer = peers.make_peer(name)
+        assert peer.name == name and peer.kind == cand.PEER
+        ok, reason = peer.available()
+        assert not ok and reason, name        # no CUDA here: torch sees none, or torch is absent
+    for structure in ("irregular", "block"):
+        assert set(names) <= set(peers.AUTO_PEERS[structure])
+
+
+def test_group_names_on_the_command_line_expand_to_their_members():
+    assert peer_list("cusparse_bell,torch_csr") == list(peers.CUSPARSE_BELL_PEERS) + ["torch_csr"]
+    assert peer_list("cusparse_csr_best") == list(peers.CUSPARSE_CSR_PEERS)
+    with pytest.raises(argparse.ArgumentTypeError, match="cusparse_csr_best"):
+        peer_list("cusparse_nope")
+
+
+def _run(line_up):
+    specs = suites.real_suite([suites.DATA_DIR / "dwt_992.mtx"], n_values=(16,))
+    runner = harness.Harness(line_up, FakeBackend(), FakeTimer(), FAKE_CEILINGS)
+    _, rows = runner.run(specs)
+    return {r["candidate"]: r for r in rows}
+
+
+def test_the_best_group_member_is_the_fastest_correct_one_never_a_wrong_one():
+    rows = _run([
+        FakeCandidate("kernel", cand.NBSPMM, us_per_mflop=1.0),
+        FakeCandidate("cusparse_csr:alg1", behaviour="wrong", us_per_mflop=0.01),   # fastest, but wrong
+        FakeCandidate("cusparse_csr:alg2", us_per_mflop=4.0),
+        FakeCandidate("cusparse_csr:alg3:fp32", us_per_mflop=2.0),
+        FakeCandidate("cusparse_bell:8", us_per_mflop=8.0),
+        FakeCandidate("cusparse_bell:16", us_per_mflop=6.0),
+        FakeCandidate("cusparse_bell:32", behaviour="unsupported"),
+    ])
+    best = rows["cusparse_csr_best"]
+    assert best["status"] == cand.OK and best["winner"] == "cusparse_csr:alg3:fp32"
+    assert best["median_us"] == rows["cusparse_csr:alg3:fp32"]["median_us"]
+    assert best["members"]["cusparse_csr:alg1"] == cand.WRONG and best["kind"] == cand.PEER
+    bell = rows["cusparse_bell"]
+    assert bell["winner"] == "cusparse_bell:16" and bell["members"]["cusparse_bell:32"] == cand.UNSUPPORTED
+    kernel = rows["kernel"]["speedup_vs"]
+    assert kernel["cusparse_csr_best"] == pytest.approx(rows["cusparse_csr:alg3:fp32"]["median_us"] / rows["kernel"]["median_us"])
+    assert kernel["cusparse_bell"] == pytest.approx(rows["cusparse_bell:16"]["median_us"] / rows["kernel"]["median_us"])
+    assert "cusparse_csr:alg1" not in kernel
+
+
+def test_a_group_without_a_correct_member_says_why():
+    rows = _run([FakeCandidate("cusparse_bell:8", behaviour="wrong"),
+                 FakeCandidate("cusparse_bell:64", behaviour="unsupported")])
+    bell = rows["cusparse_bell"]
+    assert bell["status"] == cand.WRONG and bell["median_us"] is None and bell["winner"] is None
+    assert "cusparse_bell:8: wrong" in bell["reason"] and "cusparse_bell:64: unsupported" in bell["reason"]
+    assert "cusparse_csr_best" not in rows          # no member ran: no group row
+
+
+def test_groups_only_count_their_own_members():
+    assert peer_groups.expand(["cusparse_bell"]) == list(peers.CUSPARSE_BELL_PEERS)
+    assert peer_groups.group_rows([{"candidate": "torch_csr", "status": cand.OK, "median_us": 1.0}]) == []
