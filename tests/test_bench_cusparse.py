@@ -10,6 +10,7 @@ import pytest
 from nbspmm.bench import candidates as cand
 from nbspmm.bench import cusparse, harness, peer_groups, peers, suites
 from nbspmm.bench.cli import peer_list
+from nbspmm.bench.metrics import geometric_mean
 from tests.bench_fakes import FAKE_CEILINGS, FakeBackend, FakeCandidate, FakeTimer
 
 
@@ -114,3 +115,52 @@ def test_a_group_without_a_correct_member_says_why():
 def test_groups_only_count_their_own_members():
     assert peer_groups.expand(["cusparse_bell"]) == list(peers.CUSPARSE_BELL_PEERS)
     assert peer_groups.group_rows([{"candidate": "torch_csr", "status": cand.OK, "median_us": 1.0}]) == []
+
+
+# ---------------------------------------------------------------- both normalizations in report and plots
+def _document():
+    """A result document from fakes (SYNTHETIC TEST DATA): two kernels, both cuSPARSE families, two suites."""
+    from nbspmm.bench import results
+    from tests.bench_fakes import FAKE_ENVIRONMENT
+
+    specs = (suites.real_suite([suites.DATA_DIR / "dwt_992.mtx", suites.DATA_DIR / "jagmesh7.mtx"], n_values=(16,))
+             + suites.synthetic_suite("small", ["blocksparse"], n_values=(64,), block_sparsities=(0.9,)))
+    line_up = [FakeCandidate("fast", cand.NBSPMM, us_per_mflop=0.5), FakeCandidate("slow", cand.NBSPMM, us_per_mflop=3.0),
+               FakeCandidate("cusparse_csr:alg2", us_per_mflop=1.0), FakeCandidate("cusparse_csr:alg3", behaviour="wrong"),
+               FakeCandidate("cusparse_bell:16", us_per_mflop=4.0), FakeCandidate("cusparse_bell:32", us_per_mflop=2.0)]
+    runner = harness.Harness(line_up, FakeBackend(), FakeTimer(), FAKE_CEILINGS)
+    document = results.new_result(FAKE_ENVIRONMENT, FAKE_CEILINGS, {}, synthetic_test_data=True)
+    document["cases"], document["rows"] = runner.run(specs)
+    return document
+
+
+def test_report_normalizes_every_speedup_twice_and_names_the_winners():
+    from nbspmm.bench import compare, report
+
+    document = _document()
+    table = {r["kernel"]: r for r in compare.normalized_table(compare.pool([("run", document)]), None)}
+    times = {(r["case"], r["candidate"]): r["median_us"] for r in document["rows"]}
+    cases = [c["name"] for c in document["cases"]]
+
+    def expected(peer):   # the geometric mean of peer time / kernel time over every case
+        return geometric_mean([times[(c, peer)] / times[(c, "fast")] for c in cases])
+
+    assert table["fast"]["vs cusparse_bell"] == pytest.approx(expected("cusparse_bell:32"))  # 32 beats 16
+    assert table["fast"]["vs cusparse_csr_best"] == pytest.approx(expected("cusparse_csr:alg2"))  # alg3 was wrong
+    assert table["slow"]["faster cusparse_csr_best"] == 0.0 and table["fast"]["cases cusparse_bell"] == 3
+    text = report.render(document)
+    assert report.NORMALIZED_INTRO in text and "#### All suites together (real, synthetic)" in text
+    assert "| kernel | vs `cusparse_bell` | vs `cusparse_csr_best` |" in text
+    assert "`cusparse_bell:32` " in text and "`cusparse_csr:alg2` " in text      # the winners, with their times
+    assert "`cusparse_csr:alg3` " not in text.split("The best member")[1].split("\n\n")[1]
+
+
+def test_figure_5_is_drawn_for_both_normalizations_per_suite_and_pooled(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nbspmm.bench import plots
+
+    written = {p.name for p in plots.make_plots(_document(), tmp_path)}
+    for suite in ("real", "synthetic", "all"):
+        for baseline in ("cusparse_bell", "cusparse_csr_best"):
+            assert f"fig5_{suite}_vs_{baseline}.png" in written
+    assert all((tmp_path / name).stat().st_size > 1000 for name in written)
