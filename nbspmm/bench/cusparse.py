@@ -177,6 +177,7 @@ class SpMM:
         self.b_descriptors: list[ctypes.c_void_p] = []
         self.c_descriptors: list[ctypes.c_void_p] = []
         self.version = None
+        self.workspace = _vp()          # set by prepare(), before the first run
         self.preprocessed = False
 
     def open(self, stream: int, create_matrix: MatrixFactory) -> None:

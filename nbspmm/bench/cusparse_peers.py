@@ -73,6 +73,9 @@ class _CusparsePeer:
                 failures.append(f"C {_short(out_dtype)}: {exc}")
                 if exc.status not in cusparse.REJECTED_STATUSES:
                     raise
+            except Exception:
+                prepared.release()
+                raise
         raise Unsupported("; ".join(failures))
 
 
