@@ -22,9 +22,9 @@ normal API), except ``cusparse_bsr``, which writes into given buffers.
                    libcusparse torch has loaded. Torch itself no longer reaches cuSPARSE for BSR in
                    fp16/bf16/fp32 (it routes those to Triton), so this is the only way to time it.
                    ``cusparse_bsr:fp32`` is the fp32 variant.
-``cusparse_csr:*`` cuSPARSE CSR called directly, each SpMM algorithm, fp16 and fp32 (``cusparse_peers``);
-``cusparse_bell:*`` cuSPARSE Blocked-ELL at block sizes 8-64 (``cusparse_peers``). Each family is also
-                   reported as one peer, its best correct member per case (``peer_groups``).
+``cusparse_csr:*`` cuSPARSE CSR called directly, every SpMM algorithm, fp16 and fp32, and cuSPARSE
+``cusparse_bell:*`` Blocked-ELL at block sizes 8-64 (``cusparse_peers``); each family is also reported
+                   as one peer, its best correct member per case (``peer_groups``).
 =================  ===========================================================================
 """
 from __future__ import annotations
