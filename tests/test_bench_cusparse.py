@@ -164,3 +164,22 @@ def test_figure_5_is_drawn_for_both_normalizations_per_suite_and_pooled(tmp_path
         for baseline in ("cusparse_bell", "cusparse_csr_best"):
             assert f"fig5_{suite}_vs_{baseline}.png" in written
     assert all((tmp_path / name).stat().st_size > 1000 for name in written)
+
+
+def test_several_files_are_also_normalized_and_drawn_together(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nbspmm import cli
+    from nbspmm.bench import results
+
+    first, second = _document(), _document()
+    second["environment"] = dict(second["environment"], date="2026-01-02T00:00:00+00:00")
+    second["rows"] = [dict(r, case=r["case"] + "-again") for r in second["rows"]]
+    second["cases"] = [dict(c, name=c["name"] + "-again") for c in second["cases"]]
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for document, path in zip((first, second), paths):
+        results.write(document, path, with_csv=False)
+    out = tmp_path / "report.md"
+    assert cli.main(["report", *map(str, paths), "--out", str(out), "--plot", str(tmp_path / "fig")]) == 0
+    together = out.read_text().split("#### All files together")[1]
+    assert "| `fast` |" in together and "; 6) |" in together         # 3 cases per file, 2 files
+    assert (tmp_path / "fig" / "pooled-fig5_all_vs_cusparse_bell.png").is_file()

@@ -114,8 +114,15 @@ def normalized_distributions(result: dict, directory: Path, prefix: str = "") ->
     """``fig5_<suite>_vs_<baseline>.png`` per suite (and ``all`` when there are several) and baseline."""
     from nbspmm.bench import compare
 
-    p = compare.pool([(_title(result, "").strip(), result)])
-    suites = list(dict.fromkeys(c["suite"] for c in result["cases"]))
+    return pooled_normalized_distributions(compare.pool([(_title(result, "").strip(), result)]), directory, prefix)
+
+
+def pooled_normalized_distributions(p, directory: Path, prefix: str = "") -> list[Path]:
+    """The same figures from results pooled over several files (``compare.pool``)."""
+    from nbspmm.bench import compare
+
+    directory = Path(directory)
+    suites = p.suites()
     plt, written = None, []
     for suite in suites + ([None] if len(suites) > 1 else []):
         for baseline in NORMALIZATIONS:

@@ -89,9 +89,10 @@ NORMALIZED_INTRO = ("Speedup normalized twice (geometric mean; share of cases fa
                     "the best cuSPARSE CSR (`cusparse_csr_best`, any algorithm, fp16 or fp32):")
 
 
-def normalized_table(result: dict, suite: str | None) -> str | None:
-    """Kernels × the two normalizations, from ``compare.normalized_table``; None when neither ran."""
-    rows = compare.normalized_table(compare.pool([("this run", result)]), suite)
+def normalized_table(result: dict, suite: str | None, pooled=None) -> str | None:
+    """Kernels × the two normalizations, from ``compare.normalized_table`` (of ``result``, or of the
+    ``pooled`` results when given); None when neither ran."""
+    rows = compare.normalized_table(pooled or compare.pool([("this run", result)]), suite)
     baselines = [b for b in peer_groups.NORMALIZATIONS if any(r[f"cases {b}"] for r in rows)]
     if not baselines:
         return None
@@ -174,7 +175,18 @@ def render(result: dict) -> str:
 
 
 def render_many(documents: list[dict]) -> str:
-    return "\n---\n\n".join(render(d) for d in documents)
+    text = "\n---\n\n".join(render(d) for d in documents)
+    together = _pooled_normalized(documents) if len(documents) > 1 else None
+    return text + (f"\n---\n\n#### All files together\n\n{NORMALIZED_INTRO}\n\n{together}\n" if together else "")
+
+
+def _pool(documents: list[dict]):
+    return compare.pool([(header_line(d).strip("*"), d) for d in documents])
+
+
+def _pooled_normalized(documents: list[dict]) -> str | None:
+    """The normalized table over every case of every file (a pair measured twice counts once, newest)."""
+    return normalized_table({"cases": [], "rows": []}, None, _pool(documents))
 
 
 # ---------------------------------------------------------------- the command
@@ -202,5 +214,8 @@ def run(args: argparse.Namespace) -> int:
         for index, document in enumerate(documents):
             prefix = f"{index + 1}-" if len(documents) > 1 else ""
             for path in plots.make_plots(document, args.plot, prefix):
+                print(f"wrote {path}")
+        if len(documents) > 1:   # Figure 5 over every file's cases together
+            for path in plots.pooled_normalized_distributions(_pool(documents), args.plot, "pooled-"):
                 print(f"wrote {path}")
     return 0
