@@ -3,6 +3,7 @@
 * ``BCSR``  — block compressed sparse rows, for structured (block) sparsity;
 * ``WCSR``  — row windows with condensed columns as dense tiles, for irregular sparsity;
 * ``CSR``   — plain compressed rows in the format dtype, for matrices too scattered for tiles;
+* ``BlockedELL`` — cuSPARSE's blocked ELLPACK (the paper's baseline format; benchmarks only);
 * ``split_plan`` / ``SplitPlan`` — the work items (load balancing) over either format;
 * each format's ``to_scipy()`` (inverse) and ``matmul_reference(B)`` (float64 oracle).
 
@@ -11,13 +12,14 @@ Value dtypes: ``SUPPORTED_DTYPES`` (float16, bfloat16, float32); index arrays ar
 from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES
 from .bcsr import BCSR, BLOCK_SIZES, DEFAULT_BLOCK_SHAPE, BCSRStats
 from .csr import CSR
+from .ell import BlockedELL, ELLTooLarge
 from .split import SplitPlan, SplitStats, balanced_max_tiles, split_plan, unit_ptr
 from .wcsr import (DEFAULT_TILE_COLS, DEFAULT_WINDOW_ROWS, PADDING_COLUMN, TILE_COLS, WINDOW_ROWS, WCSR,
                    WCSRStats)
 from ._stats import Distribution
 
 __all__ = [
-    "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR",
+    "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR", "BlockedELL", "ELLTooLarge",
     "WCSR", "WCSRStats", "WINDOW_ROWS", "TILE_COLS", "DEFAULT_WINDOW_ROWS", "DEFAULT_TILE_COLS", "PADDING_COLUMN",
     "SplitPlan", "SplitStats", "split_plan", "balanced_max_tiles", "unit_ptr",
     "Distribution", "SUPPORTED_DTYPES", "SCIPY_VALUE_DTYPE", "INDEX_DTYPE",

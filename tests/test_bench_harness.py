@@ -9,7 +9,7 @@ import pytest
 
 from tests.bench_fakes import FAKE_CEILINGS, FakeBackend, FakeCandidate, FakeTimer
 from nbspmm.bench import candidates as cand
-from nbspmm.bench import harness, metrics, peers, results, suites
+from nbspmm.bench import harness, metrics, peer_groups, peers, results, suites
 
 
 def small_specs():
@@ -149,7 +149,7 @@ def test_peers_report_a_missing_library_as_missing(monkeypatch):
         assert not ok and "cannot be imported" in reason, peer.name
     _, rows, _ = run(line_up, specs=small_specs()[:1])
     assert {r["status"] for r in rows.values()} == {cand.MISSING}
-    assert len(rows) == len(peers.PEER_NAMES)
+    assert len(rows) == len(peers.PEER_NAMES) + len(peer_groups.GROUPS)   # + one row per peer group
 
 
 def test_unknown_peer_names_are_refused():

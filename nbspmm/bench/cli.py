@@ -60,14 +60,16 @@ def kernel_list(text: str) -> list[str]:
 def peer_list(text: str) -> list[str] | str:
     if text in PEER_MODES:
         return text
+    from nbspmm.bench.peer_groups import GROUPS, expand
     from nbspmm.bench.peers import PEER_NAMES
 
     items = _items(text, "peers")
-    unknown = [p for p in items if p not in PEER_NAMES]
+    unknown = [p for p in items if p not in PEER_NAMES and p not in GROUPS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown peer {', '.join(map(repr, unknown))}; choose from "
-                                         f"{', '.join(PEER_MODES)} or a list of {', '.join(PEER_NAMES)}")
-    return list(dict.fromkeys(items))
+                                         f"{', '.join(PEER_MODES)} or a list of {', '.join(PEER_NAMES)} "
+                                         f"or the groups {', '.join(GROUPS)} (all their members)")
+    return expand(items)
 
 
 def positive_int_list(text: str) -> list[int]:
@@ -138,7 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{', '.join(cand.NBSPMM_FORMATS)} (e.g. bcsr,bcsr:v2,wcsr); 'none' for peers "
                              f"only (default {DEFAULT_KERNELS})")
     parser.add_argument("--peers", type=peer_list, default="auto",
-                        help="auto (the peers that fit each case's structure), all, none, or a comma list")
+                        help="auto (the peers that fit each case's structure), all, none, or a comma list "
+                             "(cusparse_csr_best / cusparse_bell: every member of that group)")
     parser.add_argument("--N", type=positive_int_list, default=None,
                         help="columns of B, comma list (default 128; block-sparse shapes their own N)")
     parser.add_argument("--dtype", type=dtype_list, default=["float16"], help="fp16, bf16, a comma list or both (default fp16)")

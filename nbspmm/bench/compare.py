@@ -9,6 +9,9 @@ Works on any machine: it only reads result documents (schema ``nbspmm-bench/1``,
   recorded yet (suites, synthetic families, the peers ``--peers auto`` would run).
 * :func:`speedups` — per case, peer time / kernel time (> 1: the kernel is faster), sorted: the
   distribution of the paper's Figure 5; :func:`speedup_summary` — geometric mean, share of cases faster.
+* :func:`normalized_table` — every kernel's speedups normalized twice: to cuSPARSE Blocked-ELL at its
+  best (the paper's Figure 5 convention) and to the best cuSPARSE CSR (ours); a suite of None pools
+  every suite (the real matrices and the paper-scale suite together).
 * :func:`floor_fractions` — per row, the fraction of its byte floor (bytes that must move / measured
   copy bandwidth, over the time) and of its flop floor (useful flops / cuBLAS rate, over the time).
 * :func:`ladder` — the BCSR ablation ladder per case (``bcsr:v0`` … ``bcsr:v3`` and the default
@@ -27,6 +30,7 @@ from typing import Iterable, Sequence
 
 from nbspmm.bench.candidates import NBSPMM, OK, PEER
 from nbspmm.bench.metrics import geometric_mean
+from nbspmm.bench.peer_groups import NORMALIZATIONS
 
 SUITES = ("real", "synthetic", "llm")             # nbspmm.bench.suites.SUITES, without importing scipy here
 SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse")
@@ -161,13 +165,14 @@ def missing_suites(p: Pool) -> list[str]:
 
 
 # ---------------------------------------------------------------- speedup distributions
-def medians(p: Pool, suite: str, candidate: str) -> dict[str, float]:
-    """Case -> median µs of ``candidate``'s correct rows in ``suite``."""
+def medians(p: Pool, suite: str | None, candidate: str) -> dict[str, float]:
+    """Case -> median µs of ``candidate``'s correct rows in ``suite`` (None: every suite)."""
     return {r["case"]: r["median_us"] for r in p.ok_rows(suite, candidate) if r.get("median_us")}
 
 
-def speedups(p: Pool, suite: str, kernel: str, peer: str) -> list[tuple[float, str]]:
-    """(peer median / kernel median, case) for every case of ``suite`` where both are correct, ascending."""
+def speedups(p: Pool, suite: str | None, kernel: str, peer: str) -> list[tuple[float, str]]:
+    """(peer median / kernel median, case) for every case of ``suite`` (None: every suite) where both are
+    correct, ascending."""
     mine, theirs = medians(p, suite, kernel), medians(p, suite, peer)
     return sorted((theirs[c] / mine[c], c) for c in mine if c in theirs)
 
@@ -189,6 +194,21 @@ def speedup_table(p: Pool, suite: str, kernels: Sequence[str] | None = None) -> 
             s = speedup_summary([v for v, _ in speedups(p, suite, kernel, peer)])
             if s["cases"]:
                 out.append({"kernel": kernel, "peer": peer, **s})
+    return out
+
+
+def normalized_table(p: Pool, suite: str | None, kernels: Sequence[str] | None = None,
+                     baselines: Sequence[str] = NORMALIZATIONS) -> list[dict]:
+    """One row per kernel: the :func:`speedup_summary` against each baseline (``vs BASELINE``: geomean,
+    ``cases BASELINE``: how many cases, ``faster BASELINE``: share of them faster). ``suite`` None: all."""
+    out = []
+    for kernel in kernels or p.kernels(suite):
+        row = {"kernel": kernel}
+        for baseline in baselines:
+            s = speedup_summary([v for v, _ in speedups(p, suite, kernel, baseline)])
+            row.update({f"vs {baseline}": s["geomean"], f"cases {baseline}": s["cases"],
+                        f"faster {baseline}": s["faster"]})
+        out.append(row)
     return out
 
 

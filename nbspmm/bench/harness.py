@@ -14,7 +14,8 @@ Per case
        once on input set 0; copy back (the checked columns); relative Frobenius error against the
        reference. Over the bound (``metrics.REL_ERROR_BOUND``) or NaN -> "wrong", not timed. Otherwise
        time it (``timer.measure``) and derive flops, bytes, rates and fractions of the ceilings.
-    5. The ratio of every correct row to every correct peer on the case: peer time / candidate time
+    5. Peer groups (``peer_groups``): one more row per family of peer variants, its best correct member.
+    6. The ratio of every correct row to every correct peer on the case: peer time / candidate time
        (> 1: the candidate is faster).
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from nbspmm.bench import candidates as cand
-from nbspmm.bench import metrics
+from nbspmm.bench import metrics, peer_groups
 from nbspmm.bench.suites import DEFAULT_BLOCK_SHAPE, Case, CaseSpec, MatrixCache, build_case, stable_seed
 
 ROTATION_L2_MULTIPLE = 4
@@ -134,6 +135,7 @@ class Harness:
             if release is not None:
                 release()
             self.backend.release_memory()
+        rows += peer_groups.group_rows(rows)
         add_speedups(rows)
         return info, rows
 

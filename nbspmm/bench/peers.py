@@ -22,15 +22,14 @@ normal API), except ``cusparse_bsr``, which writes into given buffers.
                    libcusparse torch has loaded. Torch itself no longer reaches cuSPARSE for BSR in
                    fp16/bf16/fp32 (it routes those to Triton), so this is the only way to time it.
                    ``cusparse_bsr:fp32`` is the fp32 variant.
+``cusparse_csr:*`` cuSPARSE CSR called directly, every SpMM algorithm, fp16 and fp32, and cuSPARSE
+``cusparse_bell:*`` Blocked-ELL at block sizes 8-64 (``cusparse_peers``); each family is also reported
+                   as one peer, its best correct member per case (``peer_groups``).
 =================  ===========================================================================
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import glob
-import os
-import sys
 import warnings
 from typing import Any
 
@@ -276,75 +275,14 @@ class TritonBSR(_TorchPeer):
 
 
 # ---------------------------------------------------------------- cuSPARSE BSR through ctypes
-# cuSPARSE / CUDA enum values (cusparse.h, library_types.h).
-CUSPARSE_STATUS_SUCCESS = 0
-CUSPARSE_STATUS_INVALID_VALUE = 3
-CUSPARSE_STATUS_NOT_SUPPORTED = 10
-CUSPARSE_OPERATION_NON_TRANSPOSE = 0
-CUSPARSE_OPERATION_TRANSPOSE = 1
-CUSPARSE_INDEX_32I = 2
-CUSPARSE_INDEX_BASE_ZERO = 0
-CUSPARSE_ORDER_COL = 1
-CUSPARSE_ORDER_ROW = 2
-CUSPARSE_SPMM_BSR_ALG1 = 14
-CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
-CUDA_DATA_TYPE = {"float32": CUDA_R_32F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF}
-LIBCUSPARSE_NAME = "libcusparse.so"
-
-
-def _find_libcusparse() -> str | None:
-    """The libcusparse already mapped into this process (torch's), else one on the search path."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1]
-                if os.path.basename(path).startswith(LIBCUSPARSE_NAME):
-                    return path
-    except OSError:
-        pass
-    for site in sys.path:
-        hits = sorted(glob.glob(os.path.join(site, "nvidia", "**", LIBCUSPARSE_NAME + "*"), recursive=True))
-        if hits:
-            return hits[-1]
-    return ctypes.util.find_library("cusparse")
-
-
-class CusparseError(RuntimeError):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class _CuSparse:
-    """The handful of cuSPARSE entry points the BSR peer uses, with their C signatures."""
-
-    def __init__(self, path: str):
-        lib = ctypes.CDLL(path)
-        vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-        signatures = {
-            "cusparseCreate": [ctypes.POINTER(vp)],
-            "cusparseDestroy": [vp],
-            "cusparseGetVersion": [vp, ctypes.POINTER(i32)],
-            "cusparseSetStream": [vp, vp],
-            "cusparseCreateBsr": [ctypes.POINTER(vp), i64, i64, i64, i64, i64, vp, vp, vp,
-                                  i32, i32, i32, i32, i32],
-            "cusparseCreateDnMat": [ctypes.POINTER(vp), i64, i64, i64, vp, i32, i32],
-            "cusparseDestroySpMat": [vp],
-            "cusparseDestroyDnMat": [vp],
-            "cusparseSpMM_bufferSize": [vp, i32, i32, vp, vp, vp, vp, vp, i32, i32,
-                                        ctypes.POINTER(ctypes.c_size_t)],
-            "cusparseSpMM": [vp, i32, i32, vp, vp, vp, vp, vp, i32, i32, vp],
-        }
-        for name, argtypes in signatures.items():
-            function = getattr(lib, name)  # AttributeError names a missing symbol
-            function.argtypes, function.restype = argtypes, i32
-        lib.cusparseGetErrorString.argtypes, lib.cusparseGetErrorString.restype = [i32], ctypes.c_char_p
-        self.lib, self.path = lib, path
-
-    def check(self, status: int, what: str) -> None:
-        if status != CUSPARSE_STATUS_SUCCESS:
-            message = self.lib.cusparseGetErrorString(status)
-            raise CusparseError(status, f"{what} failed: status {status} ({(message or b'?').decode()})")
+# The ctypes layer (enum values, the library, its errors) lives in nbspmm.bench.cusparse.
+from nbspmm.bench.cusparse import (  # noqa: E402
+    CUDA_DATA_TYPE, CUDA_R_32F, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, CUSPARSE_OPERATION_NON_TRANSPOSE,
+    CUSPARSE_OPERATION_TRANSPOSE, CUSPARSE_ORDER_COL, CUSPARSE_ORDER_ROW, CUSPARSE_SPMM_BSR_ALG1,
+    CUSPARSE_STATUS_INVALID_VALUE, CUSPARSE_STATUS_NOT_SUPPORTED, CusparseError)
+from nbspmm.bench.cusparse import CSR_ALGORITHMS  # noqa: E402
+from nbspmm.bench.cusparse import CuSparse as _CuSparse  # noqa: E402
+from nbspmm.bench.cusparse import find_libcusparse as _find_libcusparse  # noqa: E402
 
 
 class CusparseBSR(_TorchPeer):
@@ -524,11 +462,35 @@ PEER_FACTORIES = {
     "cusparse_bsr": CusparseBSR,
     "cusparse_bsr:fp32": lambda: CusparseBSR("float32"),
 }
+
+
+# ---------------------------------------------------------------- cuSPARSE at its best (cusparse_peers.py)
+# Blocked-ELL block sides measured; ``nbspmm.bench.peer_groups`` keeps the best per case.
+BELL_BLOCK_SIZES = (8, 16, 32, 64)
+
+
+def _cusparse_peer(class_name: str, *args):
+    """A factory that imports cusparse_peers (which imports this module) only when called."""
+    def make():
+        from nbspmm.bench import cusparse_peers
+
+        return getattr(cusparse_peers, class_name)(*args)
+    return make
+
+
+CUSPARSE_CSR_PEERS = tuple(f"cusparse_csr:{alg}{suffix}" for alg in CSR_ALGORITHMS for suffix in ("", ":fp32"))
+CUSPARSE_BELL_PEERS = tuple(f"cusparse_bell:{size}" for size in BELL_BLOCK_SIZES)
+for _alg in CSR_ALGORITHMS:
+    PEER_FACTORIES[f"cusparse_csr:{_alg}"] = _cusparse_peer("CusparseCSR", _alg)
+    PEER_FACTORIES[f"cusparse_csr:{_alg}:fp32"] = _cusparse_peer("CusparseCSR", _alg, "float32")
+for _size in BELL_BLOCK_SIZES:
+    PEER_FACTORIES[f"cusparse_bell:{_size}"] = _cusparse_peer("CusparseBELL", _size)
 PEER_NAMES = tuple(PEER_FACTORIES)
-# ``--peers auto``: the peers that make sense for a case's structure.
+# ``--peers auto``: the peers that make sense for a case's structure; cuSPARSE CSR (every algorithm) and
+# Blocked-ELL (every block size) on both, since every speedup is normalized to their best.
 AUTO_PEERS = {
-    "irregular": ("cublas_dense", "torch_csr", "torch_csr:fp32", "cupy_csr"),
-    "block": ("cublas_dense", "torch_csr", "triton_bsr", "cusparse_bsr"),
+    "irregular": ("cublas_dense", "torch_csr", "torch_csr:fp32", "cupy_csr") + CUSPARSE_CSR_PEERS + CUSPARSE_BELL_PEERS,
+    "block": ("cublas_dense", "torch_csr", "triton_bsr", "cusparse_bsr") + CUSPARSE_CSR_PEERS + CUSPARSE_BELL_PEERS,
 }
 
 

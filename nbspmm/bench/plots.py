@@ -4,13 +4,16 @@
   candidate time per case, sorted, log scale, the geometric mean in the title), the paper's Figure 5
   style, for every nbspmm kernel against the suite's reference peer (the first of REFERENCE_PEERS with
   correct rows: cuSPARSE where it ran).
+* ``fig5_<suite>_vs_<baseline>.png``: the paper's Figure 5 for both normalizations (baseline
+  ``cusparse_bell``, Blocked-ELL at its best, the paper's; ``cusparse_csr_best``, ours): per nbspmm
+  kernel one line of its per-case speedups over the baseline, sorted, log y; ``all`` pools the suites.
 * ``throughput_vs_sparsity_<suite>.png``: dense-equivalent TFLOP/s against block sparsity, one line per
   candidate and matrix shape, the cuBLAS rate drawn across: where sparse beats dense.
 * ``ablation_<format>.png``: the ablation ladder, one bar per variant of a kernel (``bcsr:v0`` ...
   ``bcsr:v4``) on the case where most variants are correct, peers as dashed lines.
 
 Drawings on given axes, from results pooled over several files (``nbspmm.bench.compare``; notebook 08):
-``draw_speedup_distribution``, ``draw_floor_fractions``, ``draw_ladder_speedups``, ``draw_llm_layers``.
+``draw_speedup_distribution``, ``draw_normalized_distribution``, ``draw_floor_fractions``, ``draw_ladder_speedups``, ``draw_llm_layers``.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from nbspmm.bench.candidates import NBSPMM, OK, PEER
 from nbspmm.bench.metrics import geometric_mean
+from nbspmm.bench.peer_groups import NORMALIZATIONS
 
 REFERENCE_PEERS = ("torch_csr", "cusparse_bsr", "cupy_csr", "triton_bsr", "cublas_dense")
 FIGURE_SIZE = (8.0, 4.5)
@@ -106,6 +110,35 @@ def speedup_distributions(result: dict, directory: Path, prefix: str = "") -> li
     return written
 
 
+def normalized_distributions(result: dict, directory: Path, prefix: str = "") -> list[Path]:
+    """``fig5_<suite>_vs_<baseline>.png`` per suite (and ``all`` when there are several) and baseline."""
+    from nbspmm.bench import compare
+
+    return pooled_normalized_distributions(compare.pool([(_title(result, "").strip(), result)]), directory, prefix)
+
+
+def pooled_normalized_distributions(p, directory: Path, prefix: str = "") -> list[Path]:
+    """The same figures from results pooled over several files (``compare.pool``)."""
+    from nbspmm.bench import compare
+
+    directory = Path(directory)
+    suites = p.suites()
+    plt, written = None, []
+    for suite in suites + ([None] if len(suites) > 1 else []):
+        for baseline in NORMALIZATIONS:
+            if not any(compare.speedups(p, suite, k, baseline) for k in p.kernels(suite)):
+                continue
+            plt = plt or _pyplot()
+            figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+            draw_normalized_distribution(p, suite, baseline, axes)
+            figure.tight_layout()
+            path = directory / (prefix + _file_name("fig5", suite or "all", "vs", baseline))
+            figure.savefig(path, dpi=DPI)
+            plt.close(figure)
+            written.append(path)
+    return written
+
+
 def throughput_vs_sparsity(result: dict, directory: Path, prefix: str = "") -> list[Path]:
     cases = {c["name"]: c for c in result["cases"] if c.get("block_sparsity") is not None
              and c.get("structure") == "block"}
@@ -184,8 +217,8 @@ def make_plots(result: dict, directory: str | Path, prefix: str = "") -> list[Pa
     """Every figure the data supports, into ``directory``; returns the paths written."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return (speedup_distributions(result, directory, prefix) + throughput_vs_sparsity(result, directory, prefix)
-            + ablation_ladders(result, directory, prefix))
+    return (speedup_distributions(result, directory, prefix) + normalized_distributions(result, directory, prefix)
+            + throughput_vs_sparsity(result, directory, prefix) + ablation_ladders(result, directory, prefix))
 
 
 # ---------------------------------------------------------------- pooled results, on given axes
@@ -228,6 +261,36 @@ def draw_speedup_distribution(p, suite: str, kernel: str, peer: str, ax=None, ca
     rows = [r for r in p.ok_rows(suite) if r["candidate"] in (kernel, peer)]
     ax.set_title(f"{kernel} vs {peer}, suite {suite}\ngeomean {summary['geomean']:.2f}×, faster on "
                  f"{summary['faster']:.0%} of {summary['cases']} cases\n{p.where(rows)}", fontsize=7)
+    return ax
+
+
+def draw_normalized_distribution(p, suite: str | None, baseline: str, ax=None, kernels=None):
+    """The paper's Figure 5 over a pooled suite (None: every suite): per nbspmm kernel, its per-case
+    speedups over ``baseline`` (a peer or a peer group: ``cusparse_bell``, ``cusparse_csr_best``) sorted
+    ascending, one line per kernel on a log axis, its geometric mean in the legend; 1× drawn across."""
+    from nbspmm.bench import compare
+
+    ax = _axes(ax)
+    drawn = []
+    for i, kernel in enumerate(kernels or p.kernels(suite)):
+        values = [v for v, _ in compare.speedups(p, suite, kernel, baseline)]
+        if not values:
+            continue
+        ax.plot(range(len(values)), values, marker=CANDIDATE_MARKERS[i % len(CANDIDATE_MARKERS)], markersize=3,
+                linewidth=1.2, label=f"{kernel}: geomean {geometric_mean(values):.2f}×, {len(values)} cases")
+        drawn.append(kernel)
+    where = "all suites" if suite is None else f"suite {suite}"
+    if not drawn:
+        ax.set_title(f"vs {baseline}, {where}: no case where a kernel and it are both correct", fontsize=8)
+        return ax
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(_times_formatter())
+    ax.set_xlabel("cases, sorted by speedup")
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.legend(fontsize=6)
+    rows = [r for r in p.ok_rows(suite) if r["candidate"] in drawn + [baseline]]
+    ax.set_title(f"normalized to {baseline}, {where}\n{p.where(rows)}", fontsize=7)
     return ax
 
 

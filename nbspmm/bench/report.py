@@ -4,6 +4,9 @@ Turns result files into the Markdown that BENCHMARKS.md holds: per file a header
 commit", the ceilings measured at the start of that run, and per suite
     * the times: cases × candidates, median µs per product (or the status where a row was not timed);
     * the geometric-mean speedup of each candidate over each peer (peer time / candidate time);
+    * every kernel's speedup normalized twice — to cuSPARSE Blocked-ELL at its best (the paper's
+      convention) and to the best cuSPARSE CSR — and per case which member won each group
+      (``peer_groups``); the same normalized table over all suites together at the end;
     * throughput: TFLOP/s (useful and dense-equivalent), TB/s, fractions of the copy bandwidth and of
       the cuBLAS rate, and the host cost per call, for the nbspmm kernels (for every candidate when no
       kernel ran);
@@ -16,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nbspmm.bench import compare, peer_groups
 from nbspmm.bench import results as res
 from nbspmm.bench.candidates import NBSPMM, OK, WRONG, ERROR
 
@@ -80,6 +84,39 @@ def speedup_table(result: dict, suite: str) -> str | None:
     return _markdown_table(["candidate"] + [f"vs `{p}`" for p in peers], body)
 
 
+NORMALIZED_INTRO = ("Speedup normalized twice (geometric mean; share of cases faster; cases): to cuSPARSE "
+                    "Blocked-ELL at its best block size (`cusparse_bell`, the paper's Figure 5 convention) and to "
+                    "the best cuSPARSE CSR (`cusparse_csr_best`, any algorithm, fp16 or fp32):")
+
+
+def normalized_table(result: dict, suite: str | None, pooled=None) -> str | None:
+    """Kernels × the two normalizations, from ``compare.normalized_table`` (of ``result``, or of the
+    ``pooled`` results when given); None when neither ran."""
+    rows = compare.normalized_table(pooled or compare.pool([("this run", result)]), suite)
+    baselines = [b for b in peer_groups.NORMALIZATIONS if any(r[f"cases {b}"] for r in rows)]
+    if not baselines:
+        return None
+    body = [[f"`{r['kernel']}`"] + [f"{r[f'vs {b}']:.2f}× ({_percent(r[f'faster {b}'])} faster; {r[f'cases {b}']})"
+                                    if r[f"cases {b}"] else "-" for b in baselines] for r in rows]
+    return _markdown_table(["kernel"] + [f"vs `{b}`" for b in baselines], body)
+
+
+def winners_table(result: dict, suite: str) -> str | None:
+    """Per case: each group's winner and its time, and the fixed Blocked-ELL block size's time."""
+    by_key = {(r["case"], r["candidate"]): r for r in result["rows"]}
+    body = []
+    for case in (c for c in result["cases"] if c["suite"] == suite):
+        groups = [by_key.get((case["name"], g)) for g in peer_groups.GROUPS]
+        if not any(groups):
+            continue
+        cells = [f"`{g['winner']}` {g['median_us']:.1f}" if g and g["status"] == OK else res.cell(g) for g in groups]
+        body.append([f"`{case['name']}`"] + cells + [res.cell(by_key.get((case["name"], peer_groups.BELL_FIXED_PEER)))])
+    if not body:
+        return None
+    return _markdown_table(["case"] + [f"`{g}`: winner, µs" for g in peer_groups.GROUPS]
+                           + [f"`{peer_groups.BELL_FIXED_PEER}` µs (fixed)"], body)
+
+
 def throughput_table(result: dict, suite: str) -> str | None:
     rows = [r for r in result["rows"] if r["suite"] == suite and r["status"] == OK]
     kernel_rows = [r for r in rows if r["kind"] == NBSPMM]
@@ -118,6 +155,11 @@ def render(result: dict) -> str:
             parts.append("Geometric-mean speedup over each peer (peer time / candidate time; > 1: faster; "
                          "cases in brackets):")
             parts.append(speedups)
+        normalized, winners = normalized_table(result, suite), winners_table(result, suite)
+        if normalized:
+            parts += [NORMALIZED_INTRO, normalized]
+        if winners:
+            parts += ["The best member of each cuSPARSE group per case (only correct results compete):", winners]
         throughput = throughput_table(result, suite)
         if throughput:
             parts.append("Throughput and fractions of the measured ceilings:")
@@ -126,11 +168,25 @@ def render(result: dict) -> str:
         if problems:
             parts.append("Not timed because the result was wrong or the call failed:")
             parts.append(problems)
+    together = normalized_table(result, None) if len(suites) > 1 else None
+    if together:
+        parts += [f"#### All suites together ({', '.join(suites)})", NORMALIZED_INTRO, together]
     return "\n\n".join(parts) + "\n"
 
 
 def render_many(documents: list[dict]) -> str:
-    return "\n---\n\n".join(render(d) for d in documents)
+    text = "\n---\n\n".join(render(d) for d in documents)
+    together = _pooled_normalized(documents) if len(documents) > 1 else None
+    return text + (f"\n---\n\n#### All files together\n\n{NORMALIZED_INTRO}\n\n{together}\n" if together else "")
+
+
+def _pool(documents: list[dict]):
+    return compare.pool([(header_line(d).strip("*"), d) for d in documents])
+
+
+def _pooled_normalized(documents: list[dict]) -> str | None:
+    """The normalized table over every case of every file (a pair measured twice counts once, newest)."""
+    return normalized_table({"cases": [], "rows": []}, None, _pool(documents))
 
 
 # ---------------------------------------------------------------- the command
@@ -158,5 +214,8 @@ def run(args: argparse.Namespace) -> int:
         for index, document in enumerate(documents):
             prefix = f"{index + 1}-" if len(documents) > 1 else ""
             for path in plots.make_plots(document, args.plot, prefix):
+                print(f"wrote {path}")
+        if len(documents) > 1:   # Figure 5 over every file's cases together
+            for path in plots.pooled_normalized_distributions(_pool(documents), args.plot, "pooled-"):
                 print(f"wrote {path}")
     return 0
