@@ -2,7 +2,7 @@
 
 A numba kernel call ``kernel[grid, block](*args)`` re-marshals every argument on every call — typing
 each one, wrapping torch/cupy arrays, building ctypes values — about 34 µs with five device arrays and
-96 µs with five torch tensors (measured on the H200 here, DESIGN.md §5). A prepared SpMM calls the same
+96 µs with five torch tensors (measured on the H200, 2026-12-02, 2000 launches). A prepared SpMM calls the same
 kernel with the same arguments every time except B and C, so this module packs the arguments once, in
 the layout numba's compiled kernel expects, and per call rewrites only the slots that changed before
 one ``cuLaunchKernel`` through ``cuda.bindings``.

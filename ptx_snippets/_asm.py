@@ -1,6 +1,6 @@
 """The one inline-PTX helper every wrapper uses, the typing-time validators, and the wrapper factories.
 
-How a wrapper is built (numba-cuda 0.30.4, facts from DESIGN.md §5):
+How a wrapper is built (numba-cuda 0.30.4; each fact below was verified on the H200):
 
 * A wrapper is a numba ``@intrinsic``: a *typer* that runs at compile time and checks the argument
   types, and a *codegen* that emits one llvmlite ``builder.asm`` call (always ``side_effect=True``, so

@@ -44,7 +44,7 @@ From the canonical CuTe layouts of the PTX ISA (T = 16 bytes / element size; sha
     MN-major, no swizzle : ((T,1,m),(8,k)) : ((1,T,SBO),(1T,LBO))
     MN-major, swizzled   : ((T,span/16,m),(8,k)) : ((1,T,LBO),(span/elem,SBO))
 
-read against the chunked storage above, that gives the table below. On the H200 (DESIGN.md §5) the
+read against the chunked storage above, that gives the table below. On the H200 (tests/gpu/test_ptx_wgmma_gpu.py) the
 K-major meanings are verified: 128-byte swizzle exactly as here; no swizzle with another arrangement of
 the core matrices (LBO = 128, SBO = 256), same meaning of the fields. The MN-major rows are derived
 from the PTX ISA text and canonical layouts; tests/test_ptx_layouts.py checks on the CPU that the images

@@ -10,7 +10,7 @@ For thread t of the warpgroup (0..127), warp w = t // 32, lane l = t % 32, and f
     row(t, r) = 16·w + l // 4 + 8·((r // 2) % 2)      # registers 4j+2, 4j+3 sit 8 rows lower
     col(t, r) = 8·j + 2·(l % 4) + r % 2                # registers come in horizontal pairs
 
-(verified on the H200 for m64nNk16 f32, DESIGN.md §5). :func:`fragment_coords` is that formula; the host
+(verified on the H200 for m64nNk16 f32, tests/gpu/test_ptx_wgmma_gpu.py). :func:`fragment_coords` is that formula; the host
 layout (:func:`accumulator_layout`), the device epilogues (:func:`make_fragment_store`,
 :func:`make_fragment_atomic_add`, :func:`make_fragment_load`, :func:`make_fragment_store_shared`,
 :func:`make_fragment_store_transposed`) and the notebooks all call it.

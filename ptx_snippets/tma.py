@@ -21,7 +21,7 @@ Operands, for every wrapper here:
       descriptors (base offset 0) and ``descriptor.swizzle_bytes`` see the pattern start at the tile.
   tmap: uint64 global address of the 128-byte CUtensorMap (``global_addr(tensor_map.device)``). numba
       cannot pass a 128-byte ``__grid_constant__`` parameter, so the map lives in global memory and the
-      kernel issues :func:`tensormap_acquire_fence` once before first use (DESIGN.md §5).
+      kernel issues :func:`tensormap_acquire_fence` once before first use (verified on the H200).
   c0, c1, …: int32 element coordinates of the box's first element, **innermost dimension first** (c0
       is the column of a row-major matrix). Negative coordinates and boxes that cross the tensor's
       end are allowed: out-of-bounds elements are filled (zeros, or NaN with the NaN fill mode) on

@@ -58,7 +58,7 @@ _SETMAXNREG_DOC = """setmaxnreg_{d}(N)
 ``setmaxnreg.{d}.sync.aligned.u32 N`` — {what} this warp's register budget to N per thread
 (N a literal, {lo} ≤ N ≤ {hi}, a multiple of {step}). Executed by all threads of a warpgroup
 (``.aligned``). ptxas honours it only when the kernel has launch bounds
-(``cuda.jit(launch_bounds=(threads, 1))``), otherwise it warns C7508 and ignores it (DESIGN.md §5).
+(``cuda.jit(launch_bounds=(threads, 1))``), otherwise it warns C7508 and ignores it (verified on the H200).
 The budget of the whole CTA must fit: e.g. producer warpgroup 40 + two consumer warpgroups 232 →
 128·40 + 256·232 = 64,512 ≤ 65,536 registers. PTX ISA {url}
 """

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Execute one notebook headless with nbclient; write the executed copy (with its outputs) and print what
-its cells printed, so that a log of this script is readable without Jupyter.
+"""Execute notebooks headless with nbclient; write the executed copies (with their outputs) and print what
+their cells printed, so that a log of this script is readable without Jupyter.
 
     python scripts/execute_notebook.py notebooks/07_wcsr.ipynb OUT/07_wcsr.ipynb [--kernel NAME] [--timeout S]
                                        [--total-timeout S]
+    python scripts/execute_notebook.py --all --in-place [--kernel NAME]
+
+The second form executes every numbered notebook in notebooks/ and writes each over itself, as they are
+committed (on a CPU the cells show the results recorded on the H200). In place, a notebook whose cell
+failed is left as it was, so a failed run never replaces a good copy.
 
 Exit status 0 when every cell ran, 1 when a cell failed (its error is printed, and the executed copy is
-still written up to that cell), 2 when the notebook could not be started (no kernel, no nbclient).
+still written up to that cell, except in place), 2 when a notebook could not be started (no kernel, no
+nbclient); with --all, the worst status over the notebooks.
 ``scripts/gpu_suite.py --notebooks`` runs it once per notebook with a kernelspec it writes for the
 current Python; it needs nbclient, nbformat and ipykernel importable (on the H200: the carried wheels).
 """
@@ -18,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 TEXT_LIMIT = 4000          # characters of one output printed to the log (the executed notebook has all)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")    # colours of IPython tracebacks, unreadable in a log
 
@@ -62,31 +69,38 @@ def report(nb) -> str:
     return "\n".join(line.rstrip("\n") for line in lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebook", type=Path)
-    parser.add_argument("out", type=Path, help="where to write the executed notebook")
+    parser.add_argument("notebook", type=Path, nargs="?", help="the notebook to execute (or --all)")
+    parser.add_argument("out", type=Path, nargs="?", help="where to write the executed notebook (or --in-place)")
+    parser.add_argument("--all", action="store_true", help="every numbered notebook in notebooks/")
+    parser.add_argument("--in-place", action="store_true", help="write each executed notebook over itself")
     parser.add_argument("--kernel", default=None, help="kernel name (default: the notebook's own)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may take")
     parser.add_argument("--total-timeout", type=float, default=None,
-                        help="seconds the whole notebook may take: each cell gets at most what is left, so a "
+                        help="seconds one notebook may take: each cell gets at most what is left, so a "
                              "late cell times out and the kernel is shut down cleanly")
     args = parser.parse_args(argv)
-    try:
-        import nbformat
-        from nbclient import NotebookClient
-        from nbclient.exceptions import CellExecutionError
-    except ImportError as exc:
-        print(f"cannot execute notebooks here: {exc} (install nbclient, nbformat and ipykernel)", file=sys.stderr)
-        return 2
-    nb = nbformat.read(args.notebook, as_version=4)
-    options = {"kernel_name": args.kernel} if args.kernel else {}
-    client = NotebookClient(nb, timeout=args.timeout, resources={"metadata": {"path": str(args.notebook.parent)}},
-                            **options)
+    if args.all == (args.notebook is not None):
+        parser.error("name one notebook or give --all")
+    if args.in_place == (args.out is not None) or (args.all and not args.in_place):
+        parser.error("give an output path for one notebook, or --in-place (required with --all)")
+    return args
+
+
+def execute(path: Path, out: Path | None, kernel: str | None, timeout: int, total_timeout: float | None) -> int:
+    """Execute one notebook; write it to `out`, or over itself (out None) only when every cell ran."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    options = {"kernel_name": kernel} if kernel else {}
+    client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(path.parent)}}, **options)
     status, t0 = 0, time.time()
-    if args.total_timeout is not None:
-        deadline = t0 + args.total_timeout
-        client.timeout_func = lambda cell: max(1, int(min(args.timeout, deadline - time.time())))
+    if total_timeout is not None:
+        deadline = t0 + total_timeout
+        client.timeout_func = lambda cell: max(1, int(min(timeout, deadline - time.time())))
     try:
         client.execute()
     except CellExecutionError as exc:
@@ -96,12 +110,28 @@ def main(argv=None) -> int:
         status = 2 if type(exc).__name__ == "NoSuchKernel" else 1
         print(f"FAILED: {type(exc).__name__}: {exc}")
     finally:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, args.out)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out)
+        elif status == 0:
+            nbformat.write(nb, path)
     print(report(nb))
-    print(f"=== {args.notebook.name}: {'PASS' if status == 0 else 'FAIL'} in {time.time() - t0:.0f} s; "
-          f"executed copy: {args.out}")
+    written = out if out is not None else (path if status == 0 else "none (in place, left as it was)")
+    print(f"=== {path.name}: {'PASS' if status == 0 else 'FAIL'} in {time.time() - t0:.0f} s; "
+          f"executed copy: {written}")
     return status
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        import nbclient, nbformat  # noqa: F401  (checked here, so a missing package is one clear line)
+    except ImportError as exc:
+        print(f"cannot execute notebooks here: {exc} (install nbclient, nbformat and ipykernel)", file=sys.stderr)
+        return 2
+    paths = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb")) if args.all else [args.notebook]
+    statuses = [execute(path, args.out, args.kernel, args.timeout, args.total_timeout) for path in paths]
+    return max(statuses)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def test_descriptor_fields_match_the_ptx_table():
 
 
 def test_descriptor_of_the_verified_sw128_example():
-    """DESIGN.md §5: start>>4 | 1<<16 | (1024>>4)<<32 | 1<<62 ran on the H200."""
+    """Verified on the H200 (tests/gpu/test_ptx_wgmma_gpu.py): start>>4 | 1<<16 | (1024>>4)<<32 | 1<<62 ran on the H200."""
     addr = 0x2400
     assert ps.smem_descriptor(addr, 16, 1024, "128B") == (addr >> 4) | (1 << 16) | (64 << 32) | (1 << 62)
     assert {name: code for name, code in ps.SWIZZLE_CODES.items()} == {"none": 0, "128B": 1, "64B": 2, "32B": 3}
@@ -113,7 +113,7 @@ def swizzled(offset, swizzle):
 
 
 def test_canonical_reading_reproduces_the_layout_verified_on_the_h200():
-    """DESIGN.md §5 / examples/feas.py: A (64 x 16) stored as a_lin[((m//8)*2 + k//8)*64 + (m%8)*8 + k%8]
+    """Verified on the H200: A (64 x 16) stored as a_lin[((m//8)*2 + k//8)*64 + (m%8)*8 + k%8]
     multiplied correctly with LBO = 128 (K direction), SBO = 256 (M direction). The canonical formula
     used above gives exactly those byte offsets."""
     m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
@@ -195,7 +195,7 @@ def test_accumulator_layout_covers_the_tile_once(n):
 
 
 def test_accumulator_layout_is_the_verified_formula():
-    """DESIGN.md §5, written out independently: register 4j+{0,1} row 16w + l/4, cols 8j + 2(l%4) + {0,1};
+    """The H200-verified fragment map, written out independently: register 4j+{0,1} row 16w + l/4, cols 8j + 2(l%4) + {0,1};
     4j+{2,3} the same columns 8 rows lower."""
     n = 64
     rows, cols = ps.accumulator_layout(n)

@@ -8,13 +8,13 @@ from nbspmm.teach import floors
 
 def test_machines_are_labelled():
     assert floors.H200_MEASURED.gemm_tflops == 796.0 and floors.H200_MEASURED.dram_tbps == 4.25
-    assert "DESIGN.md" in floors.H200_MEASURED.source and "earlier session" in floors.H200_MEASURED.source
+    assert "2026-12-02" in floors.H200_MEASURED.source and "earlier session" in floors.H200_MEASURED.source
     assert floors.H200_MEASURED.balance == pytest.approx(796 / 4.25)
     assert "datasheet" in floors.H200_SPEC.source
 
 
 def test_uniform_csr_case_by_hand():
-    """65536², 16 nonzeros per row, N = 128, fp32 everywhere (the cuSPARSE case of DESIGN.md §5)."""
+    """65536², 16 nonzeros per row, N = 128, fp32 everywhere (the cuSPARSE case in floors.EARLIER_MEASUREMENTS)."""
     M, nnz, N = 65536, 65536 * 16, 128
     c = floors.csr_cost("u", M, M, N, nnz, dtype="float32", out_dtype="float32")
     assert c.bytes_a == nnz * (4 + 4) + (M + 1) * 4

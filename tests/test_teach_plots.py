@@ -125,6 +125,18 @@ def test_cost_drawings():
     rows = [{"candidate": "bcsr:v1", "median_us": 10.0}, {"candidate": "bcsr:v3", "median_us": 4.0}]
     ax = plots.draw_ladder(rows, title="t")
     assert [p.get_height() for p in ax.patches] == [10.0, 4.0]
+    assert ax.get_yscale() == "log"
+
+
+def test_ladder_names_the_default_rung_by_its_kernel():
+    default = {"candidate": "bcsr", "median_us": 3.0, "case": "c90",
+               "note": "SpMMOperator(8192x8192, format=bcsr, kernel=v4, dtype=float16, out_dtype=float32)"}
+    assert plots.ladder_rung(default) == "v4" and plots.ladder_rung({"candidate": "bcsr:v0"}) == "v0"
+    rows = [{"candidate": "bcsr:v0", "median_us": 60.0, "case": "c90"}, default,
+            {"candidate": "bcsr:v0", "median_us": 90.0, "case": "c50"}, {**default, "median_us": 9.0, "case": "c50"}]
+    ax = plots.draw_ladder(rows)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["v0", "v4"]
+    assert [p.get_height() for p in ax.patches] == [90.0, 9.0, 60.0, 3.0], "cases side by side, sorted"
 
 
 def test_draw_row_gather():

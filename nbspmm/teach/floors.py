@@ -4,7 +4,7 @@ Every number here is a formula (``nbspmm.bench.metrics`` holds the byte and flop
 harness uses; this module applies them to shapes and ceilings). Two sets of ceilings, each labelled
 with where it comes from:
 
-  ``H200_MEASURED``  measured on the H200 by an earlier session (DESIGN.md §5, 2026-12-02): cuBLAS fp16
+  ``H200_MEASURED``  measured on the H200 by an earlier session (2026-12-02, not re-measured here): cuBLAS fp16
                      GEMM 796 TFLOP/s, device copy 4.25 TB/s (bytes read + written per second);
   ``H200_SPEC``      NVIDIA's H200 SXM datasheet: 989 TFLOP/s dense FP16/BF16 tensor, 4.8 TB/s HBM3e.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from nbspmm.bench import metrics
 
-EARLIER_SESSION = "measured on the H200 by an earlier session (DESIGN.md §5, 2026-12-02)"
+EARLIER_SESSION = "measured on the H200 by an earlier session (2026-12-02)"
 FORMULA = "computed from formulas (not a measurement)"
 
 
@@ -46,7 +46,7 @@ class Machine:
 H200_MEASURED = Machine("H200 (measured ceilings)", 796.0, 4.25, EARLIER_SESSION)
 H200_SPEC = Machine("H200 SXM (datasheet)", 989.0, 4.8, "NVIDIA H200 SXM datasheet (dense FP16 tensor, HBM3e)")
 
-# Measurements of the peers on the H200, quoted from DESIGN.md §5 (EARLIER_SESSION). Notebooks cite them
+# Measurements of the peers on the H200 by an earlier session (EARLIER_SESSION). Notebooks cite them
 # with that label; they are not re-measured here.
 EARLIER_MEASUREMENTS = {
     "cublas_fp16_gemm": {"shape": (8192, 8192, 4096), "tflops": 796.0},

@@ -2,7 +2,7 @@
 
 * :func:`time_us` — GPU time of a launch with CUDA events (numba; no torch needed): after warm-up, each
   sample brackets ``calls_per_sample`` back-to-back launches, and the median per-call time is reported.
-  Small products are launch-bound (DESIGN.md §5: ~34 µs of Python per numba launch), so for them this
+  Small products are launch-bound (~34 µs of Python per numba launch, measured on the H200), so for them this
   measures the launch path as much as the kernel — the benchmark harness is the careful measurement.
 * :func:`spmm_check` / :func:`time_operator` / :func:`ladder` — run ``nbspmm.SpMMOperator`` and check
   it against the float64 reference of the format, then time it.

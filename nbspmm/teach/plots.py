@@ -10,6 +10,7 @@ the data each one draws comes from a function that can be called (and is tested)
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -491,15 +492,36 @@ def draw_speedup_model(sparse_useful_tflops: float, dense_tflops: float, measure
     return ax
 
 
+def ladder_rung(row: dict) -> str:
+    """The rung a benchmark row ran: "bcsr:v3" -> "v3"; a format's default name ("bcsr") -> the kernel its
+    note names ("SpMMOperator(..., kernel=v4, ...)" -> "v4"), so the default rung is drawn under its name."""
+    name = row["candidate"]
+    if ":" in name:
+        return name.split(":", 1)[1]
+    named = re.search(r"kernel=([\w-]+)", row.get("note", ""))
+    return named.group(1) if named else name
+
+
 def draw_ladder(rows: list[dict], ax=None, title: str = ""):
-    """Median µs per ladder variant (rows of a benchmark result, one case), lower is better."""
-    ax = _axes(ax, figsize=(6, 3.5))
-    by_name = defaultdict(list)
+    """Median µs per ladder rung (rows of a benchmark result), one bar per rung and case, cases side by
+    side; log axis, since the rungs span an order of magnitude; each bar labelled with its time. Lower is
+    better."""
+    by_case = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        by_name[row["candidate"]].append(row["median_us"])
-    names = sorted(by_name)
-    ax.bar(names, [float(np.median(by_name[n])) for n in names], color="tab:blue")
-    ax.set_ylabel("median µs per product")
+        by_case[row.get("case", "")][ladder_rung(row)].append(row["median_us"])
+    rungs = sorted({rung for times in by_case.values() for rung in times}, key=lambda r: (not r.startswith("v"), r))
+    ax = _axes(ax, figsize=(max(6.0, 1.2 * len(rungs) * max(1, len(by_case)) ** 0.5), 4))
+    width = 0.8 / max(len(by_case), 1)
+    for j, (case, times) in enumerate(sorted(by_case.items())):
+        xs = [i + (j - (len(by_case) - 1) / 2) * width for i, rung in enumerate(rungs) if rung in times]
+        heights = [float(np.median(times[rung])) for rung in rungs if rung in times]
+        bars = ax.bar(xs, heights, width * 0.95, label=case or None)
+        ax.bar_label(bars, labels=[f"{h:.0f}" for h in heights], fontsize=7, padding=1)
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.set_yscale("log")
+    ax.set_ylabel("median µs per product (log)")
+    if len(by_case) > 1:
+        ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
     return ax
 
