@@ -157,6 +157,14 @@ def test_the_model_sends_large_scattered_matrices_to_the_row_kernel_and_blocks_t
     assert choose.choose_format(blocky, n_cols=256).format == "bcsr"
 
 
+def test_block_sparse_layers_go_to_bcsr():
+    """The block-sparse and LLM suites measured BCSR alone (left out of the fit's cases): the model must
+    still send them to BCSR, far from the shapes it was fitted on."""
+    for m, k, sparsity, n in ((512, 3584, 0.9, 16384), (2048, 2048, 0.5, 4096)):
+        A = suites.block_sparse(m, k, sparsity, seed=0)
+        assert choose.choose_format(A, n_cols=n).format == "bcsr", (m, k, sparsity, n)
+
+
 def test_auto_builds_only_the_chosen_format(monkeypatch):
     rng = np.random.default_rng(6)
     A = sp.csr_matrix(sp.random_array((8192, 8192), density=8 / 8192, rng=rng, format="csr"))
