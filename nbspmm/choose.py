@@ -41,6 +41,7 @@ SAMPLE_BAND_ROWS = int(np.lcm.reduce([BCSR_BLOCK[0], WCSR_WINDOW_ROWS, SWAPPED_W
 EXACT_MAX_NNZ = 1 << 21              # up to this many nonzeros the counts are exact
 SAMPLE_NNZ = 1 << 20                 # above it, bands are sampled until they hold about this many
 SAMPLE_SEED = 0
+MIN_SAMPLE_SHARE = 0.25              # a sample holding less than this share of SAMPLE_NNZ: count exactly
 VALUE_BYTES = 2                      # fp16 / bf16 inputs (the cost does not depend on which)
 INDEX_BYTES = 4                      # int32 column indices
 OUT_BYTES = 4                        # fp32 C (the default out_dtype)
@@ -88,19 +89,25 @@ def _wcsr_tile_count(rows: np.ndarray, cols: np.ndarray, k: int, window_rows: in
     return int(np.sum(-(-columns_per_window // tile_cols)))
 
 
+def _all_entries(A: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, float]:
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    return rows, A.indices.astype(np.int64), 1.0
+
+
 def _sampled_entries(A: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, float]:
     """(rows, cols) of the entries in the counted bands and the fraction of nnz they hold: all bands up
     to EXACT_MAX_NNZ nonzeros, else a seeded random subset of SAMPLE_BAND_ROWS-row bands."""
+    if A.nnz <= EXACT_MAX_NNZ:
+        return _all_entries(A)
     m = A.shape[0]
     row_nnz = np.diff(A.indptr)
-    if A.nnz <= EXACT_MAX_NNZ:
-        return np.repeat(np.arange(m, dtype=np.int64), row_nnz), A.indices.astype(np.int64), 1.0
-    n_bands = -(-m // SAMPLE_BAND_ROWS)
-    keep_band = np.random.default_rng(SAMPLE_SEED).random(n_bands) < SAMPLE_NNZ / A.nnz
+    keep_band = np.random.default_rng(SAMPLE_SEED).random(-(-m // SAMPLE_BAND_ROWS)) < SAMPLE_NNZ / A.nnz
     keep_row = np.repeat(keep_band, SAMPLE_BAND_ROWS)[:m]
     rows = np.repeat(np.flatnonzero(keep_row), row_nnz[keep_row])
+    if rows.size < SAMPLE_NNZ * MIN_SAMPLE_SHARE:     # the nonzeros sit in a few bands the sample missed
+        return _all_entries(A)
     cols = A.indices[np.repeat(keep_row, row_nnz)].astype(np.int64)
-    return rows, cols, rows.size / A.nnz if A.nnz else 1.0
+    return rows, cols, rows.size / A.nnz
 
 
 def count_structure(A) -> Counts:
@@ -108,7 +115,7 @@ def count_structure(A) -> Counts:
     A = A if sp.issparse(A) and A.format == "csr" else sp.csr_matrix(A)
     m, k = A.shape
     rows, cols, fraction = _sampled_entries(A)
-    scale = 1.0 / fraction if fraction > 0 else 0.0
+    scale = 1.0 / fraction
     return Counts(m=m, k=k, nnz=int(A.nnz),
                   bcsr_blocks=_bcsr_block_count(rows, cols, k) * scale,
                   wcsr_tiles=_wcsr_tile_count(rows, cols, k, WCSR_WINDOW_ROWS) * scale,
@@ -127,7 +134,7 @@ def _bcsr_features(c: Counts, n: int) -> dict[str, float]:
             "A MB": c.bcsr_blocks * bm * bk * VALUE_BYTES / MB, "C MB": _c_mb(c, n)}
 
 
-def _tile_features(tiles: float, window_rows: int) -> Callable[[Counts, int], dict[str, float]]:
+def _tile_features(tiles: Callable[[Counts], float], window_rows: int) -> Callable[[Counts, int], dict[str, float]]:
     def features(c: Counts, n: int) -> dict[str, float]:
         return {"launch": 1.0, "gathered B MB": tiles(c) * TILE_COLS * n * VALUE_BYTES / MB,
                 "A MB": tiles(c) * window_rows * TILE_COLS * VALUE_BYTES / MB, "C MB": _c_mb(c, n)}

@@ -91,6 +91,17 @@ def test_sampled_counts_estimate_the_exact_ones(monkeypatch):
         assert getattr(sampled, field) == pytest.approx(getattr(exact, field), rel=0.03), field
 
 
+def test_a_sample_that_misses_the_nonzeros_falls_back_to_exact_counts(monkeypatch):
+    """All nonzeros in one 64-row band of 1024: a sample of a few bands holds almost none of them."""
+    rng = np.random.default_rng(7)
+    A = sp.csr_matrix(sp.random_array((65536, 4096), density=0.0, rng=rng, format="csr"))
+    A = sp.csr_matrix(sp.vstack([sp.random_array((64, 4096), density=0.5, rng=rng), A[64:]]))
+    monkeypatch.setattr(choose, "EXACT_MAX_NNZ", A.nnz // 4)
+    monkeypatch.setattr(choose, "SAMPLE_NNZ", A.nnz // 8)
+    counts = choose.count_structure(A)
+    assert counts.sampled_fraction == 1.0 and counts.bcsr_blocks == 4096 // 64
+
+
 def test_model_file_loads_and_covers_every_candidate(model):
     assert set(model["kernels"]) == {c.name for c in choose.CANDIDATES}
     for name, entry in model["kernels"].items():
