@@ -3,6 +3,7 @@
     python scripts/fit_cost_model.py                  # counts every matrix (paper-scale ones: minutes)
     python scripts/fit_cost_model.py --reuse-counts   # counts from the current model file
     python scripts/fit_cost_model.py --check          # refit and report, write nothing
+    python scripts/fit_cost_model.py --time-build     # the auto build of a 2^20-row, 16-per-row matrix
 
 Reads every ``bench*.json`` in ``results_dir()``; a row is a measurement of one candidate of
 ``nbspmm.choose.CANDIDATES`` when it is correct ("ok"), fp16 in, fp32 out (fp16 out for dense cuBLAS,
@@ -150,11 +151,35 @@ def coverage(model: dict, counts, cases) -> str:
             f"{sum('dense' in t for t in cases.values())} cases: {', '.join(dense_faster)}")
 
 
+def time_auto_build(rows: int = 1 << 20, per_row: int = 16) -> None:
+    """choose_format + the chosen format's builder (what format="auto" does on the CPU) on a scipy random
+    rows × rows matrix with ``per_row`` nonzeros per row on average."""
+    import time
+
+    import scipy.sparse as sp
+
+    import formats
+
+    A = sp.csr_matrix(sp.random_array((rows, rows), density=per_row / rows, rng=np.random.default_rng(0)))
+    builders = {"bcsr": formats.BCSR, "wcsr": formats.WCSR, "csr": formats.CSR}
+    start = time.perf_counter()
+    choice = choose.choose_format(A)
+    chosen = time.perf_counter()
+    builders[choice.format].from_scipy(A, **choice.build_options)
+    done = time.perf_counter()
+    print(f"{rows} x {rows}, {A.nnz} nonzeros: choose_format {chosen - start:.2f} s, "
+          f"{choice.format} build {done - chosen:.2f} s, auto build {done - start:.2f} s")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reuse-counts", action="store_true", help="take the counts from the model file")
     parser.add_argument("--check", action="store_true", help="report only, do not write the model file")
+    parser.add_argument("--time-build", action="store_true", help="time the auto build of a 16M-nnz matrix, then exit")
     args = parser.parse_args(argv)
+    if args.time_build:
+        time_auto_build()
+        return 0
     builders = matrix_builders()
     cases = {key: times for key, times in measured_times(set(builders)).items()
              if sum(choose.CANDIDATE[k].selectable for k in times) >= 2}
