@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "spmm": "nbspmm.api",
     "SpMMOperator": "nbspmm.api",
+    "choose_format": "nbspmm.choose",
 }
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 import formats
+from nbspmm.choose import choose_format
 from nbspmm.device import require_hopper
 from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
@@ -47,69 +47,37 @@ FORMATS = tuple(KERNELS)
 # GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de).
 UNVERIFIED: dict[tuple[str, str], str] = {}
 
-# format="auto": the BCSR kernel multiplies whole 64 × 64 blocks, zeros included, but loads its B rows
-# as one contiguous TMA box per block; the WCSR kernel multiplies condensed 64 × 16 tiles (fewer padding
-# zeros) but gathers each B row with its own copy. BCSR is chosen while its blocks hold at most
-# AUTO_BCSR_MAX_BYTES_RATIO times the bytes of the WCSR tiles. Measured on the H200 (2026-12-03, N = 128,
-# the shipped matrices, NOTES.md): BCSR was faster up to a ratio of 2.9 (jagmesh7 7.2 vs 8.8 µs, bayer10
-# 14.7 vs 16.9; 9 matrices), WCSR from 4.1 on (rajat01 20.5 vs 26.6 µs; citeseer, cora, pubmed at 16-40).
-AUTO_BCSR_MAX_BYTES_RATIO = 3.5
-# Then WCSR or the CUDA-core CSR row kernel, by the WCSR tiles' fill (``WCSR.stats().fill_ratio``): below
-# AUTO_CSR_MAX_TILE_FILL a 64-row window shares almost no columns, WCSR gathers about one B row per
-# nonzero anyway and stages ~60 padding zeros per nonzero, and the row kernel does the same gathers
-# without them. Measured on the H200 (2026-12-03, commits 0b8eb23 / bb5ec34, N = 64 / 128 / 256, BENCHMARKS.md):
-# at fills of 1.5-1.7% (R-MAT, uniform random, pubmed and its replica) the row kernel took 0.2-0.7× the
-# WCSR time; at 3.9% (rajat01 and its replica) WCSR was faster at N = 128 and 256 (671 vs 706 µs), and at
-# 4.6-5.4% (27-point stencils) the row kernel won at N <= 128 and lost at 256, so the bound sits below
-# both. Below AUTO_CSR_MIN_NNZ nonzeros a product takes 10-20 µs, bound by latency, and WCSR's persistent
-# grid won (citeseer, cora: 4.7-5.4 K nonzeros at 1.6% fill, 13-14 µs against 17-25).
-AUTO_CSR_MAX_TILE_FILL = 0.025
-AUTO_CSR_MIN_NNZ = 65536
-
-
-def bcsr_to_wcsr_bytes(A: sp.csr_matrix, wcsr: formats.WCSR, block_shape=(64, 64)) -> float:
-    """Stored bytes of A as BCSR with ``block_shape`` blocks over those of ``wcsr`` (its tiles), counting
-    the BCSR blocks without building them (a BCSR of a scattered matrix can be 40× larger)."""
-    bm, bk = block_shape
-    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
-    n_block_cols = -(-A.shape[1] // bk)
-    n_blocks = np.unique(rows // bm * n_block_cols + A.indices // bk).size
-    tile_slots = wcsr.n_tiles * wcsr.window_rows * wcsr.tile_cols
-    return n_blocks * bm * bk / tile_slots if tile_slots else 1.0
-
-
-def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
+def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None):
+    """(format name, built format, the auto Choice or None)."""
     if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR)):
         given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr"}[type(A)]
         if fmt not in ("auto", given):
             raise ValueError(f"A is already a {given.upper()} but format={fmt!r} was asked for")
         if dtype is not None and np.dtype(dtype) != np.dtype(A.dtype):
             raise TypeError(f"A is stored as {np.dtype(A.dtype).name} but dtype={np.dtype(dtype).name} was asked for")
-        return given, A
+        return given, A, None
     dtype = np.float16 if dtype is None else dtype
     if fmt == "bcsr":
-        return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
+        return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None
     if fmt == "wcsr":
-        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype), None
     if fmt == "csr":
-        return "csr", formats.CSR.from_scipy(A, dtype=dtype)
-    if fmt == "auto":
-        A = sp.csr_matrix(A)          # duplicates and unsorted indices are fine: the ratio counts unique blocks
-        wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
-        if bcsr_to_wcsr_bytes(A, wcsr, block_shape) <= AUTO_BCSR_MAX_BYTES_RATIO:
-            return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype)
-        stats = wcsr.stats()
-        if stats.fill_ratio < AUTO_CSR_MAX_TILE_FILL and stats.nnz >= AUTO_CSR_MIN_NNZ:
-            return "csr", formats.CSR.from_scipy(A, dtype=dtype)
-        return "wcsr", wcsr
+        return "csr", formats.CSR.from_scipy(A, dtype=dtype), None
+    if fmt == "auto":   # the cost model's pick (nbspmm.choose), built with the shapes it was fitted for
+        choice = choose_format(A, n_cols=n_cols, dtype=dtype)
+        shapes = {"block_shape": block_shape, "window_rows": window_rows, "tile_cols": tile_cols,
+                  **choice.build_options}
+        return (*_build_format(A, choice.format, dtype, **shapes)[:2], choice)
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 
 
 class SpMMOperator:
     """A sparse matrix prepared on the GPU for repeated products ``C = A @ B``.
 
-    Parameters: ``format`` "auto" (BCSR, CSR or WCSR, by the rule above) | "bcsr" | "wcsr" | "csr" (CUDA
-    cores, for scattered matrices); ``kernel`` a kernel name of that format (see ``KERNELS``; default: the first listed);
+    Parameters: ``format`` "auto" (the kernel ``nbspmm.choose_format`` predicts fastest for B of ``n_cols``
+    columns, default ``nbspmm.choose.DEFAULT_N_COLS``; its Choice, with ``.explain()``, is ``op.choice``)
+    | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices); ``kernel`` a kernel name of that format
+    (see ``KERNELS``; default: the first listed, or the auto choice's);
     ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
     (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
@@ -118,9 +86,10 @@ class SpMMOperator:
 
     def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
                  out_dtype=np.float32, block_shape=(64, 64), window_rows=64, tile_cols=16, experimental=False,
-                 **kernel_options):
+                 n_cols: int | None = None, **kernel_options):
         require_hopper()
-        self.format_name, self.sparse = _build_format(A, format, dtype, block_shape, window_rows, tile_cols)
+        self.format_name, self.sparse, self.choice = _build_format(A, format, dtype, block_shape, window_rows,
+                                                                   tile_cols, n_cols)
         self.shape = tuple(self.sparse.shape)
         self.dtype = np.dtype(self.sparse.dtype)
         self.in_kind = kind_of(self.dtype)
@@ -132,7 +101,8 @@ class SpMMOperator:
         if self.out_kind not in ("f32", self.in_kind):
             raise TypeError(f"out_dtype must be float32 or the input dtype {self.dtype.name}; got {self.out_dtype.name}")
         variants = KERNELS[self.format_name]
-        kernel = next(iter(variants)) if kernel is None else kernel
+        if kernel is None:
+            kernel = self.choice.kernel if self.choice else next(iter(variants))
         if kernel not in variants:
             raise ValueError(f"no kernel {kernel!r} for format {self.format_name!r}; "
                              f"known: {', '.join(variants)}")

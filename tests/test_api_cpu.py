@@ -59,50 +59,19 @@ def test_cli_unknown_command_is_an_error():
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
 
 
-def test_format_auto_picks_by_stored_bytes():
-    """format="auto": BCSR while its blocks hold at most AUTO_BCSR_MAX_BYTES_RATIO × the WCSR tiles'
-    bytes. The block count is computed without building the BCSR, and matches the built one."""
+def test_format_auto_builds_what_the_cost_model_picks():
+    """format="auto": the format nbspmm.choose_format picks (tests/test_choose.py pins the picks), an
+    empty matrix included."""
     import scipy.sparse as sp
 
-    import formats
-    from nbspmm import api
+    from nbspmm import api, choose
 
     rng = np.random.default_rng(0)
-    blocky = sp.block_diag([rng.standard_normal((64, 64)) for _ in range(5)], format="csr")     # ratio 1
-    scattered = sp.random_array((640, 6400), density=0.002, rng=rng, format="csr")             # ~1 nnz per block
-    for A, expected in ((blocky, "bcsr"), (scattered, "wcsr")):
-        A = sp.csr_matrix(A)
-        wcsr = formats.WCSR.from_scipy(A, dtype=np.float16)
-        bcsr = formats.BCSR.from_scipy(A, dtype=np.float16)
-        ratio = api.bcsr_to_wcsr_bytes(A, wcsr)
-        assert ratio == pytest.approx(bcsr.data.size / wcsr.tiles.size)
-        name, built = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
-        assert name == expected and (ratio <= api.AUTO_BCSR_MAX_BYTES_RATIO) == (expected == "bcsr")
-        assert type(built).__name__ == expected.upper()
-    assert api._build_format(sp.csr_matrix((100, 70)), "auto", np.float16, (64, 64), 64, 16)[0] == "bcsr"
-
-
-def test_format_auto_sends_large_scattered_matrices_to_the_row_kernel():
-    """Below AUTO_CSR_MAX_TILE_FILL (and from AUTO_CSR_MIN_NNZ nonzeros on) the CSR row kernel; a small
-    scattered matrix, or a fuller irregular one, stays WCSR."""
-    import scipy.sparse as sp
-
-    import formats
-    from nbspmm import api
-
-    rng = np.random.default_rng(1)
-    scattered = sp.csr_matrix(sp.random_array((16384, 16384), density=5e-4, rng=rng, format="csr"))  # 134 K nnz
-    assert formats.WCSR.from_scipy(scattered).stats().fill_ratio < api.AUTO_CSR_MAX_TILE_FILL
-    name, built = api._build_format(scattered, "auto", np.float16, (64, 64), 64, 16)
-    assert name == "csr" and isinstance(built, formats.CSR) and built.nnz == scattered.nnz
-    small = sp.csr_matrix(scattered[:2048, :2048])                                   # ~2 K nnz, same fill
-    assert small.nnz < api.AUTO_CSR_MIN_NNZ
-    assert api._build_format(small, "auto", np.float16, (64, 64), 64, 16)[0] == "wcsr"
-    banded = sp.csr_matrix(sp.diags([rng.standard_normal(20000 - abs(d)) for d in range(-6, 7, 3)],
-                                    list(range(-6, 7, 3)), shape=(20000, 20000)))     # 5 diagonals: fuller tiles
-    fill = formats.WCSR.from_scipy(banded).stats().fill_ratio
-    name = api._build_format(banded, "auto", np.float16, (64, 64), 64, 16)[0]
-    assert fill >= api.AUTO_CSR_MAX_TILE_FILL and name in ("bcsr", "wcsr")
+    for A in (sp.csr_matrix(sp.block_diag([rng.standard_normal((64, 64)) for _ in range(5)])),
+              sp.csr_matrix(sp.random_array((640, 6400), density=0.002, rng=rng)), sp.csr_matrix((100, 70))):
+        name, built, choice = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+        assert name == choice.format == choose.choose_format(A).format
+        assert type(built).__name__ == name.upper() and built.shape == A.shape
 
 
 def test_format_auto_leaves_the_callers_matrix_alone():
@@ -115,21 +84,7 @@ def test_format_auto_leaves_the_callers_matrix_alone():
     before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
     canonical = A.copy()
     canonical.sum_duplicates()
-    name, built = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+    name, built, _ = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
     assert name == api._build_format(canonical, "auto", np.float16, (64, 64), 64, 16)[0]
     assert built.to_scipy().toarray()[0, 5] == 4.0          # the duplicates summed in the built format
     assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
-
-
-def test_format_auto_on_the_shipped_matrices():
-    """What format="auto" picks for the 13 shipped matrices (NOTES.md, session 5): BCSR for 9, WCSR for
-    citeseer, cora (too small for the row kernel) and rajat01 (tiles 3.8% full), CSR for pubmed."""
-    import scipy.sparse as sp
-
-    from nbspmm import api
-    from nbspmm.bench import suites
-
-    picked = {path.stem: api._build_format(sp.csr_matrix(suites.load_matrix(path).matrix), "auto", np.float16,
-                                           (64, 64), 64, 16)[0] for path in suites.shipped_matrices()}
-    assert {name for name, fmt in picked.items() if fmt != "bcsr"} == {"citeseer", "cora", "rajat01", "pubmed"}
-    assert picked["pubmed"] == "csr" and picked["rajat01"] == picked["cora"] == picked["citeseer"] == "wcsr"

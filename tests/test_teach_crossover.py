@@ -1,7 +1,6 @@
-"""nbspmm.teach.crossover: format="auto"'s rule beside recorded times (no GPU)."""
+"""nbspmm.teach.crossover: the BCSR/WCSR stored-bytes rule beside recorded times (no GPU)."""
 import pytest
 
-from nbspmm import api
 from nbspmm.bench import compare, results
 from nbspmm.teach import crossover
 
@@ -25,7 +24,7 @@ def test_crossover_rows():
     dwt, cora = rows["dwt_992/N=128/fp16"], rows["cora/N=128/fp16"]
     # dwt_992 lies on bands: its 64 x 64 blocks hold ~1.7x the bytes of its WCSR tiles; cora is scattered
     assert dwt["BCSR / WCSR bytes"] == pytest.approx(crossover.stored_bytes_ratio("dwt_992"))
-    assert dwt["BCSR / WCSR bytes"] < api.AUTO_BCSR_MAX_BYTES_RATIO < cora["BCSR / WCSR bytes"]
-    assert (dwt["auto picks"], dwt["faster"], dwt["auto right"]) == ("bcsr", "bcsr", True)
-    assert (cora["auto picks"], cora["faster"], cora["auto right"]) == ("wcsr", "wcsr", True)
+    assert dwt["BCSR / WCSR bytes"] < crossover.BYTES_RATIO_RULE < cora["BCSR / WCSR bytes"]
+    assert (dwt["rule picks"], dwt["faster"], dwt["rule right"]) == ("bcsr", "bcsr", True)
+    assert (cora["rule picks"], cora["faster"], cora["rule right"]) == ("wcsr", "wcsr", True)
     assert crossover.stored_bytes_ratio("not-shipped") is None

@@ -203,6 +203,8 @@ class NbspmmCandidate:
         api = self._api()
         kwargs = self._operator_kwargs(api)
         out_dtype = self.out_dtype or case.dtype
+        if kwargs["format"] == "auto":
+            kwargs["n_cols"] = case.n          # the cost model's N (nbspmm.choose)
         try:
             op = api.SpMMOperator(case.csr(), dtype=numpy_dtype(case.dtype),
                                   out_dtype=numpy_dtype(out_dtype), **kwargs)

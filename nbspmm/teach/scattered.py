@@ -17,13 +17,13 @@ AUTO_NOTE = re.compile(r"format=(\w+)")       # the operator's repr in a bench r
 def tile_fill_rows(matrices: dict, window_rows: int = 64, tile_cols: int = 16) -> list[dict]:
     """Per matrix: nonzeros (after the fp16 cast), the WCSR tiles' fill, B rows gathered per nonzero,
     and the format ``format="auto"`` picks."""
-    from nbspmm import api
+    from nbspmm.choose import choose_format
 
     rows = []
     for name, matrix in matrices.items():
         A = sp.csr_matrix(matrix)
         stats = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=np.float16).stats()
-        picked, _ = api._build_format(A, "auto", np.float16, (64, 64), window_rows, tile_cols)
+        picked = choose_format(A).format
         rows.append({"matrix": name, "nnz": stats.nnz, "tile fill": stats.fill_ratio,
                      "B rows gathered / nnz": stats.gathered_b_rows / max(stats.nnz, 1), "format='auto' picks": picked})
     return rows
