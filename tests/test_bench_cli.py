@@ -65,7 +65,7 @@ def test_dry_run_of_the_small_llm_and_synthetic_suites(capsys):
 def test_selection_errors_exit_2(capsys):
     assert cli.main(["bench", "--suite", "real", "--filter", "no-such-case", "--dry-run"]) == 2
     assert "no cases selected" in capsys.readouterr().err
-    assert cli.main(["bench", "--suite", "synthetic", "--matrix", "nbspmm/data/cora.npz", "--dry-run"]) == 2
+    assert cli.main(["bench", "--suite", "synthetic", "--matrix", "data/cora.npz", "--dry-run"]) == 2
     assert "--matrix is for the real suite" in capsys.readouterr().err
 
 
@@ -104,7 +104,7 @@ def test_a_full_run_with_a_fake_gpu_writes_json_csv_summary_and_plots(monkeypatc
     monkeypatch.setattr(bench_cli, "make_candidates", lambda args: (example_candidates(), None))
 
     out = tmp_path / "real.json"
-    status = cli.main(["bench", "--suite", "real", "--matrix", "nbspmm/data/cora.npz", "--N", "16",
+    status = cli.main(["bench", "--suite", "real", "--matrix", "data/cora.npz", "--N", "16",
                        "--out", str(out), "--plot", str(tmp_path / "figures")])
     assert status == 0  # the wrong row is a peer's: reported, not fatal
     captured = capsys.readouterr()
