@@ -130,9 +130,11 @@ def render(entries: list[tuple[str, dict]]) -> str:
     intro = (f"Generated from the benchmark result files in `results/` by `{COMMAND}`; do not edit by hand "
              "(a test compares this file with the generator's output). Every number was measured, with the "
              "date, GPU and commit of its run above its table. Per suite and case structure: the latest run "
-             "of each nbspmm kernel (variants count as their kernel). Older runs are listed in the index ("
-             "column 'shown': no) and kept in git; `python -m nbspmm report results/FILE.json` renders any file in full, with "
-             "throughput and fractions of the measured ceilings.")
+             "of each nbspmm kernel (variants count as their kernel). Older runs are listed in the index "
+             "(column 'shown': no) and kept in git; `python -m nbspmm report results/FILE.json` renders any "
+             "file in full, with throughput and fractions of the measured ceilings. The other records in "
+             "`results/` (GPU test summaries, pipeline timelines, the WCSR load-balancing record, tuning "
+             "sweeps in `results/tune/`) are read by the notebooks (`nbspmm.teach.recorded`).")
     contents = ["## Contents", ""]
     sections = []
     for suite in dict.fromkeys(t.suite for t in tables):
