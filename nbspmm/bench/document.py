@@ -133,8 +133,8 @@ def render(entries: list[tuple[str, dict]]) -> str:
              "of each nbspmm kernel (variants count as their kernel). Older runs are listed in the index "
              "(column 'shown': no) and kept in git; `python -m nbspmm report results/FILE.json` renders any "
              "file in full, with throughput and fractions of the measured ceilings. The other records in "
-             "`results/` (GPU test summaries, pipeline timelines, the WCSR load-balancing record, tuning "
-             "sweeps in `results/tune/`) are read by the notebooks (`nbspmm.teach.recorded`).")
+             "`results/` (GPU test summaries, pipeline timelines, the WCSR load-balancing record) are read by "
+             "the notebooks (`nbspmm.teach.recorded`); `results/tune/` holds the sweeps of `scripts/tune.py`.")
     contents = ["## Contents", ""]
     sections = []
     for suite in dict.fromkeys(t.suite for t in tables):
