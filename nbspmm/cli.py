@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
     try:
-        return int(module.run(args) or 0)
+        status = int(module.run(args) or 0)
+        sys.stdout.flush()               # inside the try: a reader gone during the last write is caught too
+        return status
     except BrokenPipeError:
         return _reader_went_away()
 
