@@ -13,6 +13,13 @@ from nbspmm import datasets
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _no_folder_overrides(monkeypatch):
+    """The tests below see the repository's folders, whatever the caller's environment says."""
+    monkeypatch.delenv(datasets.DATA_ENV, raising=False)
+    monkeypatch.delenv(datasets.RESULTS_ENV, raising=False)
+
+
 def test_names_resolve_with_or_without_suffix():
     assert datasets.matrix_path("pubmed") == ROOT / "data" / "pubmed.npz"
     assert datasets.matrix_path("rajat01.mtx") == ROOT / "data" / "rajat01.mtx"
@@ -67,8 +74,16 @@ def test_the_package_embeds_only_the_demo_matrix():
 
 @pytest.mark.parametrize("argument", ["nope.mtx", "/nonexistent/a.mtx"])
 def test_demo_with_a_missing_matrix_prints_one_line(argument):
+    """`python -m nbspmm demo --matrix nope.mtx`: one clear line on stderr, exit 2, no traceback."""
     proc = subprocess.run([sys.executable, "-m", "nbspmm", "demo", "--matrix", argument],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert f"no matrix {argument!r}" in proc.stderr
+
+
+def test_demo_takes_a_matrix_by_name():
+    proc = subprocess.run([sys.executable, "-m", "nbspmm", "demo", "--matrix", "pubmed"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("matrix pubmed.npz: 19717 x 19717, 88,651 nonzeros")
