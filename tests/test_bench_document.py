@@ -42,9 +42,9 @@ def test_the_latest_run_of_each_kernel_is_chosen():
     old = _example("2026-01-01T00:00:00")
     new_wcsr_only = _example("2026-02-01T00:00:00", keep_candidates={"fake_wcsr"})
     tables = document.latest_tables([("old.json", old), ("new.json", new_wcsr_only)])
-    chosen = {(t.file_name, t.suite) for t in tables}
-    assert ("new.json", "real") in chosen                      # fake_wcsr: the newer run
-    assert ("old.json", "real") in chosen                      # fake_bcsr: only the old run measured it
+    chosen = {(t.file_name, t.suite): t.kernels for t in tables}
+    assert chosen[("new.json", "real")] == ("fake_wcsr",)      # the newer run measured fake_wcsr
+    assert chosen[("old.json", "real")] == ("fake_bcsr",)      # only the old run measured fake_bcsr:v0..v2
     assert [t.suite for t in tables] == sorted((t.suite for t in tables), key=document.SUITE_ORDER.index)
     everything_new = _example("2026-03-01T00:00:00")
     tables = document.latest_tables([("old.json", old), ("newest.json", everything_new)])

@@ -35,6 +35,7 @@ class Table:
     result: dict
     suite: str
     structure: str
+    kernels: tuple[str, ...] = ()     # the kernels this run is the latest measurement of, on these cases
 
     @property
     def date(self) -> str:
@@ -56,19 +57,16 @@ def kernel_family(candidate: str) -> str:
     return candidate.split("@")[0].split(":")[0]
 
 
-def _tables_by_kernel(entries: list[tuple[str, dict]]) -> dict[tuple[str, str, str], Table]:
-    """(suite, structure, kernel) -> the table of the latest run that measured that kernel there."""
-    latest: dict[tuple[str, str, str], Table] = {}
+def _latest_run_by_kernel(entries: list[tuple[str, dict]]) -> dict[tuple[str, str, str], tuple[str, str, dict]]:
+    """(suite, structure, kernel) -> (date, file name, result) of the latest run that measured it there."""
+    latest: dict[tuple[str, str, str], tuple[str, str, dict]] = {}
     for file_name, result in entries:
+        date = str(result["environment"].get("date", ""))
         structure_of = {c["name"]: (c["suite"], c.get("structure")) for c in result["cases"]}
-        for row in result["rows"]:
-            if row["kind"] != NBSPMM:
-                continue
-            suite, structure = structure_of[row["case"]]
-            key = (suite, structure, kernel_family(row["candidate"]))
-            table = Table(file_name, result, suite, structure)
-            if key not in latest or (table.date, file_name) > (latest[key].date, latest[key].file_name):
-                latest[key] = table
+        for row in (r for r in result["rows"] if r["kind"] == NBSPMM):
+            key = (*structure_of[row["case"]], kernel_family(row["candidate"]))
+            if key not in latest or (date, file_name) > latest[key][:2]:
+                latest[key] = (date, file_name, result)
     return latest
 
 
@@ -78,8 +76,14 @@ def _suite_rank(suite: str) -> int:
 
 def latest_tables(entries: list[tuple[str, dict]]) -> list[Table]:
     """The document's tables, each once: by suite, then structure, newest run first."""
-    chosen = {(t.file_name, t.suite, t.structure): t for t in _tables_by_kernel(entries).values()}
-    newest_first = sorted(chosen.values(), key=lambda t: (t.date, t.file_name), reverse=True)
+    kernels: dict[tuple[str, str, str], list[str]] = {}
+    results = {}
+    for (suite, structure, kernel), (_, file_name, result) in _latest_run_by_kernel(entries).items():
+        kernels.setdefault((file_name, suite, structure), []).append(kernel)
+        results[file_name] = result
+    chosen = [Table(file_name, results[file_name], suite, structure, tuple(sorted(names)))
+              for (file_name, suite, structure), names in kernels.items()]
+    newest_first = sorted(chosen, key=lambda t: (t.date, t.file_name), reverse=True)
     return sorted(newest_first, key=lambda t: (_suite_rank(t.suite), t.suite, t.structure))   # stable
 
 
@@ -88,15 +92,12 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-def _kernels_line(table: Table) -> str:
-    view = table.view()
-    kernels = sorted({kernel_family(r["candidate"]) for r in view["rows"] if r["kind"] == NBSPMM})
-    return f"Latest run of {', '.join(f'`{k}`' for k in kernels)} on these cases."
-
-
 def render_table(table: Table) -> str:
     view = table.view()
-    parts = [f"### {table.heading}", _kernels_line(table), report.header_line(view)]
+    latest_of = ", ".join(f"`{k}`" for k in table.kernels)
+    parts = [f"### {table.heading}",
+             f"The latest run of {latest_of} on these cases (the table shows every candidate of that run).",
+             report.header_line(view)]
     if view.get("synthetic_test_data"):
         parts.append(report.SYNTHETIC_BANNER)
     if not view.get("complete", True):
