@@ -1,8 +1,8 @@
 """`python -m nbspmm demo`: the formats on a real matrix, and SpMM against scipy where a Hopper GPU is present."""
 from __future__ import annotations
 
-import time
 import sys
+import time
 
 import numpy as np
 
