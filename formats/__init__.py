@@ -11,7 +11,7 @@ Value dtypes: ``SUPPORTED_DTYPES`` (float16, bfloat16, float32); index arrays ar
 """
 from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES
 from .bcsr import BCSR, BLOCK_SIZES, DEFAULT_BLOCK_SHAPE, BCSRStats
-from .csr import CSR
+from .csr import CSR, CSRStats
 from .ell import BlockedELL, ELLTooLarge
 from .split import SplitPlan, SplitStats, balanced_max_tiles, split_plan, unit_ptr
 from .wcsr import (DEFAULT_TILE_COLS, DEFAULT_WINDOW_ROWS, PADDING_COLUMN, TILE_COLS, WINDOW_ROWS, WCSR,
@@ -19,7 +19,7 @@ from .wcsr import (DEFAULT_TILE_COLS, DEFAULT_WINDOW_ROWS, PADDING_COLUMN, TILE_
 from ._stats import Distribution
 
 __all__ = [
-    "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR", "BlockedELL", "ELLTooLarge",
+    "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR", "CSRStats", "BlockedELL", "ELLTooLarge",
     "WCSR", "WCSRStats", "WINDOW_ROWS", "TILE_COLS", "DEFAULT_WINDOW_ROWS", "DEFAULT_TILE_COLS", "PADDING_COLUMN",
     "SplitPlan", "SplitStats", "split_plan", "balanced_max_tiles", "unit_ptr",
     "Distribution", "SUPPORTED_DTYPES", "SCIPY_VALUE_DTYPE", "INDEX_DTYPE",

@@ -18,7 +18,30 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _validate
+from ._stats import Distribution, StatsRecord
 from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE
+
+
+@dataclass(frozen=True)
+class CSRStats(StatsRecord):
+    """What ``CSR.stats()`` reports. Bytes are those of the format itself (values + indices)."""
+
+    _title = "CSR stats"
+    shape: tuple[int, int]
+    dtype: str
+    nnz: int  # values stored (explicit zeros included: each still multiplies its B row)
+    density: float  # nnz / (M * K)
+    empty_rows: int
+    nnz_per_row: Distribution
+    value_bytes: int
+    index_bytes: int  # indptr + indices
+    total_bytes: int
+
+    def b_gather_bytes(self, n: int, itemsize: int | None = None) -> int:
+        """Bytes of B a row kernel reads for ``A @ B`` with B of N columns, one B row per stored value
+        (B in the format dtype unless ``itemsize`` says otherwise): ``nnz × N × itemsize``."""
+        itemsize = np.dtype(self.dtype).itemsize if itemsize is None else itemsize
+        return self.nnz * n * itemsize
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,15 @@ class CSR:
     @property
     def nbytes(self) -> int:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+    def stats(self) -> CSRStats:
+        m, k = self.shape
+        per_row = np.diff(self.indptr)
+        index_bytes = self.indptr.nbytes + self.indices.nbytes
+        return CSRStats(shape=self.shape, dtype=self.dtype.name, nnz=self.nnz, density=self.nnz / max(m * k, 1),
+                        empty_rows=int(np.count_nonzero(per_row == 0)), nnz_per_row=Distribution.of(per_row),
+                        value_bytes=self.data.nbytes, index_bytes=index_bytes,
+                        total_bytes=self.data.nbytes + index_bytes)
 
     def to_scipy(self) -> sp.csr_array:
         """The stored values as a float32 ``csr_array`` (exact), zeros not stored — as the other formats'."""

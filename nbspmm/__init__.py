@@ -24,4 +24,9 @@ def __getattr__(name):
     raise AttributeError(f"module 'nbspmm' has no attribute {name!r}")
 
 
+def __dir__():
+    """The lazy attributes too, so that dir(nbspmm) and tab completion show them before first use."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = sorted(_LAZY)

@@ -87,7 +87,6 @@ class SpMMOperator:
     def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
                  out_dtype=np.float32, block_shape=(64, 64), window_rows=64, tile_cols=16, experimental=False,
                  n_cols: int | None = None, **kernel_options):
-        require_hopper()
         self.format_name, self.sparse, self.choice = _build_format(A, format, dtype, block_shape, window_rows,
                                                                    tile_cols, n_cols)
         self.shape = tuple(self.sparse.shape)
@@ -109,6 +108,7 @@ class SpMMOperator:
         if (self.format_name, kernel) in UNVERIFIED and not experimental:
             raise ValueError(f"kernel {kernel!r} ({self.format_name}) is experimental: "
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")
+        require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]
         self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name

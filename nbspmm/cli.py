@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # command name -> (module, one-line help)
@@ -39,4 +40,23 @@ def main(argv: list[str] | None = None) -> int:
         module.add_arguments(parser._subparsers._group_actions[0].choices[chosen])
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
-    return int(module.run(args) or 0)
+    try:
+        status = int(module.run(args) or 0)
+        sys.stdout.flush()               # inside the try: a reader gone during the last write is caught too
+        return status
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+# A shell reports a process killed by SIGPIPE (signal 13) as 128 + 13.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout closed it (``... | head``): stop quietly, as command-line tools do.
+
+    Python would print a BrokenPipeError traceback, and again when it flushes stdout at exit; pointing
+    stdout at /dev/null makes that last flush harmless."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE

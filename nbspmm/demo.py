@@ -1,20 +1,22 @@
 """`python -m nbspmm demo`: the formats on a real matrix, and SpMM against scipy where a Hopper GPU is present."""
 from __future__ import annotations
 
+import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).parent / "data"
-DEFAULT_MATRIX = "dwt_992.mtx"      # SuiteSparse structural matrix, 992 x 992, 16,744 nonzeros (shipped)
+from nbspmm import datasets
+
+DEFAULT_MATRIX = datasets.DEMO_MATRIX   # SuiteSparse structural matrix, 992 x 992, 16,744 nonzeros (embedded)
 DEFAULT_N = 128
 SEED = 0
 
 
 def add_arguments(parser):
-    parser.add_argument("--matrix", default=str(DATA_DIR / DEFAULT_MATRIX),
-                        help=f"a .mtx or scipy .npz file (default: the shipped {DEFAULT_MATRIX})")
+    parser.add_argument("--matrix", default=DEFAULT_MATRIX,
+                        help=f"a matrix name (e.g. pubmed; see data/README.md) or a .mtx / scipy .npz file "
+                             f"(default: the embedded {DEFAULT_MATRIX})")
     parser.add_argument("--N", type=int, default=DEFAULT_N, help=f"columns of the dense B (default {DEFAULT_N})")
 
 
@@ -23,9 +25,14 @@ def run(args) -> int:
     from nbspmm.bench.suites import load_matrix
     from nbspmm.device import hopper_status
 
-    loaded = load_matrix(args.matrix, seed=SEED)
+    try:
+        path = datasets.matrix_path(args.matrix)
+        loaded = load_matrix(path, seed=SEED)
+    except (OSError, ValueError) as exc:    # a missing or unreadable file: one line, not a traceback
+        print(f"python -m nbspmm demo: {exc}", file=sys.stderr)
+        return 2
     A = loaded.matrix
-    print(f"matrix {Path(args.matrix).name}: {A.shape[0]} x {A.shape[1]}, {A.nnz:,} nonzeros"
+    print(f"matrix {path.name}: {A.shape[0]} x {A.shape[1]}, {A.nnz:,} nonzeros"
           + (f" (values: {loaded.values})" if loaded.values != "file" and loaded.values else ""))
     t0 = time.perf_counter()
     bcsr = formats.BCSR.from_scipy(A, block_shape=(64, 64), dtype=np.float16)

@@ -44,8 +44,10 @@ DENSE_PEER = "cublas_dense"
 
 
 def results_dir() -> Path:
-    """Where the recorded H200 result files live (the one place to repoint)."""
-    return REPO / "nbspmm" / "bench" / "results"
+    """Where the recorded H200 result files live (``nbspmm.datasets``: results/ or $NBSPMM_RESULTS_DIR)."""
+    from nbspmm import datasets
+
+    return datasets.results_dir()
 
 
 def matrix_builders() -> dict[str, callable]:

@@ -10,7 +10,7 @@ Writes into DIR, with the environment (date, GPU, commit) in each file:
                  split windows, split with atomic combination and split with the two-pass combination;
                  each checked against scipy in float64 and timed by the benchmark harness
                  (nbspmm.teach.balance.record_wcsr_balance; needs torch)                  (notebook 07)
-Without --only, everything. Copy the files into nbspmm/bench/results/ to ship them. Where the tree has
+Without --only, everything. Copy the files into the repository's results/ to publish them. Where the tree has
 no .git, set NBSPMM_COMMIT (and NBSPMM_DIRTY=1 for uncommitted changes) so the files name the commit.
 """
 import argparse

@@ -46,6 +46,7 @@ import scipy.sparse as sp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from nbspmm import datasets  # noqa: E402
 from nbspmm.bench import gpu, suites  # noqa: E402
 
 CHECK_COLUMNS = 16                   # columns of C checked against scipy on the large cases
@@ -244,7 +245,7 @@ def part_host(timer) -> list[dict]:
     from numba import cuda
 
     torch = gpu.import_torch()
-    A = suites.load_matrix(suites.DATA_DIR / "dwt_992.mtx").matrix
+    A = datasets.load("dwt_992").matrix
     rows = []
     for fmt in ("bcsr", "wcsr"):
         op = nbspmm.SpMMOperator(A, format=fmt)

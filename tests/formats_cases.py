@@ -12,22 +12,21 @@ import functools
 import itertools
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
 import formats
+from nbspmm import datasets
 
-DATA_DIR = Path(__file__).parents[1] / "nbspmm" / "data"
-REAL_MATRICES = sorted(p.name for p in DATA_DIR.iterdir() if p.suffix in (".mtx", ".npz"))
+REAL_MATRICES = [p.name for p in datasets.matrices()]
 
 
 @functools.lru_cache(maxsize=None)
 def load_real(name: str) -> sp.csr_array:
     """A shipped matrix as a csr_array in its stored value type (read once per test session)."""
-    path = DATA_DIR / name
+    path = datasets.matrix_path(name)
     A = scipy.io.mmread(path) if path.suffix == ".mtx" else sp.load_npz(path)
     return sp.csr_array(A)
 

@@ -47,9 +47,12 @@ def test_dry_run_lists_the_cases_anywhere(tmp_path, capsys):
     assert cli.main(["bench", "--suite", "real", "--matrix", str(tmp_path / "mine.mtx"),
                      "--matrix", str(tmp_path / "other.npz"), "--N", "32,64", "--dtype", "both",
                      "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "mine/N=32/fp16" in out and "other/N=64/bf16" in out
-    assert f"{matrix.nnz:,}" in out and "8 cases" in out
+    captured = capsys.readouterr()
+    assert "mine/N=32/fp16" in captured.out and "other/N=64/bf16" in captured.out
+    assert f"{matrix.nnz:,}" in captured.out and "8 cases" in captured.out
+    # progress goes to stderr, one line per case, so a long dry run is not silent and stdout stays the table
+    assert captured.err.splitlines()[0] == "[1/8] building mine/N=32/fp16 ..."
+    assert len(captured.err.splitlines()) == 8 and "building" not in captured.out
 
 
 def test_dry_run_of_the_small_llm_and_synthetic_suites(capsys):
@@ -65,7 +68,7 @@ def test_dry_run_of_the_small_llm_and_synthetic_suites(capsys):
 def test_selection_errors_exit_2(capsys):
     assert cli.main(["bench", "--suite", "real", "--filter", "no-such-case", "--dry-run"]) == 2
     assert "no cases selected" in capsys.readouterr().err
-    assert cli.main(["bench", "--suite", "synthetic", "--matrix", "nbspmm/data/cora.npz", "--dry-run"]) == 2
+    assert cli.main(["bench", "--suite", "synthetic", "--matrix", "data/cora.npz", "--dry-run"]) == 2
     assert "--matrix is for the real suite" in capsys.readouterr().err
 
 
@@ -104,7 +107,7 @@ def test_a_full_run_with_a_fake_gpu_writes_json_csv_summary_and_plots(monkeypatc
     monkeypatch.setattr(bench_cli, "make_candidates", lambda args: (example_candidates(), None))
 
     out = tmp_path / "real.json"
-    status = cli.main(["bench", "--suite", "real", "--matrix", "nbspmm/data/cora.npz", "--N", "16",
+    status = cli.main(["bench", "--suite", "real", "--matrix", "data/cora.npz", "--N", "16",
                        "--out", str(out), "--plot", str(tmp_path / "figures")])
     assert status == 0  # the wrong row is a peer's: reported, not fatal
     captured = capsys.readouterr()

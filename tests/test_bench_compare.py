@@ -173,7 +173,7 @@ def test_drawings(pool):
 
 
 def test_the_shipped_results_pool():
-    """Whatever is in nbspmm/bench/results/ pools, and every recorded suite has a coverage row."""
+    """Whatever is in the repository's results/ pools, and every recorded suite has a coverage row."""
     from nbspmm.teach import recorded
 
     p = compare.pool_recorded(recorded.bench_results())

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from nbspmm import datasets
 from nbspmm.bench import candidates as cand
 from nbspmm.bench import cusparse, harness, peer_groups, peers, suites
 from nbspmm.bench.cli import peer_list
@@ -75,7 +76,7 @@ def test_group_names_on_the_command_line_expand_to_their_members():
 
 
 def _run(line_up):
-    specs = suites.real_suite([suites.DATA_DIR / "dwt_992.mtx"], n_values=(16,))
+    specs = suites.real_suite([datasets.matrix_path("dwt_992")], n_values=(16,))
     runner = harness.Harness(line_up, FakeBackend(), FakeTimer(), FAKE_CEILINGS)
     _, rows = runner.run(specs)
     return {r["candidate"]: r for r in rows}
@@ -123,7 +124,7 @@ def _document():
     from nbspmm.bench import results
     from tests.bench_fakes import FAKE_ENVIRONMENT
 
-    specs = (suites.real_suite([suites.DATA_DIR / "dwt_992.mtx", suites.DATA_DIR / "jagmesh7.mtx"], n_values=(16,))
+    specs = (suites.real_suite([datasets.matrix_path("dwt_992"), datasets.matrix_path("jagmesh7")], n_values=(16,))
              + suites.synthetic_suite("small", ["blocksparse"], n_values=(64,), block_sparsities=(0.9,)))
     line_up = [FakeCandidate("fast", cand.NBSPMM, us_per_mflop=0.5), FakeCandidate("slow", cand.NBSPMM, us_per_mflop=3.0),
                FakeCandidate("cusparse_csr:alg2", us_per_mflop=1.0), FakeCandidate("cusparse_csr:alg3", behaviour="wrong"),

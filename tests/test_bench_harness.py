@@ -9,11 +9,12 @@ import pytest
 
 from tests.bench_fakes import FAKE_CEILINGS, FakeBackend, FakeCandidate, FakeTimer
 from nbspmm.bench import candidates as cand
+from nbspmm import datasets
 from nbspmm.bench import harness, metrics, peer_groups, peers, results, suites
 
 
 def small_specs():
-    return (suites.real_suite([suites.DATA_DIR / "dwt_992.mtx"], n_values=(16,))
+    return (suites.real_suite([datasets.matrix_path("dwt_992.mtx")], n_values=(16,))
             + suites.synthetic_suite("small", ["blocksparse"], n_values=(64,), block_sparsities=(0.9,)))
 
 

@@ -6,6 +6,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
+from nbspmm import datasets
 from nbspmm.bench import suites
 
 
@@ -91,7 +92,7 @@ def test_block_sparse_rejects_shapes_that_are_not_whole_blocks():
 
 
 def test_block_diagonal_replica_nnz_is_copies_times_nnz():
-    source = suites.load_matrix(suites.DATA_DIR / "dwt_992.mtx").matrix
+    source = suites.load_matrix(datasets.matrix_path("dwt_992.mtx")).matrix
     replica = suites.block_diagonal(source, 5)
     assert replica.shape == (5 * source.shape[0], 5 * source.shape[1])
     assert replica.nnz == 5 * source.nnz
@@ -101,7 +102,7 @@ def test_block_diagonal_replica_nnz_is_copies_times_nnz():
 
 # ---------------------------------------------------------------- real matrices
 def readme_nnz() -> dict[str, int]:
-    text = (suites.DATA_DIR / "README.md").read_text()
+    text = (datasets.REPOSITORY_DATA / "README.md").read_text()
     return {m.group(1): int(m.group(2).replace(",", ""))
             for m in re.finditer(r"^\| (\S+\.(?:mtx|npz)) \| [^|]+ \| ([\d,]+) \|", text, re.MULTILINE)}
 
@@ -121,12 +122,12 @@ def test_every_shipped_matrix_loads_with_the_documented_nnz():
 
 
 def test_pattern_and_constant_files_get_seeded_random_values():
-    pattern = suites.load_matrix(suites.DATA_DIR / "dwt_992.mtx", seed=0)
+    pattern = suites.load_matrix(datasets.matrix_path("dwt_992.mtx"), seed=0)
     assert pattern.values == "random (pattern file)"
     assert len(np.unique(pattern.matrix.data)) > 100
-    again = suites.load_matrix(suites.DATA_DIR / "dwt_992.mtx", seed=0)
+    again = suites.load_matrix(datasets.matrix_path("dwt_992.mtx"), seed=0)
     assert same_matrix(pattern.matrix, again.matrix)
-    assert suites.load_matrix(suites.DATA_DIR / "cora.npz").values == "random (all values equal in file)"
+    assert suites.load_matrix(datasets.matrix_path("cora.npz")).values == "random (all values equal in file)"
 
 
 def test_any_mtx_and_npz_file_loads(tmp_path):
@@ -172,7 +173,7 @@ def test_round_to_dtype_gives_representable_float64(dtype):
 
 
 def test_cases_round_a_to_the_case_dtype():
-    spec = suites.real_suite([suites.DATA_DIR / "cryg2500.mtx"], n_values=(8,), dtypes=("bfloat16",))[0]
+    spec = suites.real_suite([datasets.matrix_path("cryg2500.mtx")], n_values=(8,), dtypes=("bfloat16",))[0]
     case = suites.build_case(spec)
     assert np.array_equal(suites.round_to_dtype(case.A.data, "bfloat16"), case.A.data)
     assert case.name == "cryg2500/N=8/bf16"

@@ -60,3 +60,17 @@ def test_check_format_names_the_problem():
     out_of_range[0] = 10
     with pytest.raises(ValueError, match=r"\[0, 10\)"):
         formats.CSR(good.shape, good.indptr.copy(), out_of_range, good.data.copy()).check_format(full=True)
+
+
+def test_stats_like_the_other_formats():
+    A = sp.csr_array(np.array([[1.0, 0, 2, 0], [0, 0, 0, 0], [0, 3, 0, 0]]))
+    A.data[0] = 0.0                                         # an explicit zero: stored, so counted
+    stats = formats.CSR.from_scipy(A, dtype=np.float16).stats()
+    assert isinstance(stats, formats.CSRStats)
+    assert (stats.shape, stats.dtype, stats.nnz, stats.empty_rows) == ((3, 4), "float16", 3, 1)
+    assert stats.density == 3 / 12
+    assert (stats.nnz_per_row.min, stats.nnz_per_row.max, stats.nnz_per_row.count) == (0, 2, 3)
+    assert (stats.value_bytes, stats.index_bytes, stats.total_bytes) == (3 * 2, 4 * 4 + 3 * 4, 6 + 28)
+    assert stats.b_gather_bytes(128) == 3 * 128 * 2 and stats.b_gather_bytes(128, itemsize=4) == 3 * 128 * 4
+    text = str(stats)
+    assert text.startswith("CSR stats") and "empty_rows" in text and stats.as_dict()["nnz"] == 3

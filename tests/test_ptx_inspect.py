@@ -75,18 +75,23 @@ def test_teaching_kernels_hold_their_instructions(name):
     assert result.info.spill_stores == 0
 
 
-def test_cli_prints_sass_and_summary(capsys):
+def test_cli_prints_summary_then_sass_with_short_symbols(capsys):
     assert main(["sass", "tma_wgmma_tile"]) == 0
     out = capsys.readouterr().out
     assert "HGMMA.64x64x16.F32.BF16" in out
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("tma_wgmma_tile [sm_90a]:") and "HGMMA 4" in last and "all present" in last
+    first = out.splitlines()[0]
+    assert first.startswith("tma_wgmma_tile [sm_90a]:") and "HGMMA 4" in first and "all present" in first
+    assert ".global         nbspmm.kernels.teaching.build_tma_wgmma_tile.<locals>.tma_wgmma_tile\n" in out
+    assert "_ZN" not in out and max(len(line) for line in out.splitlines()) < 300
+    assert main(["sass", "tma_wgmma_tile", "--mangled"]) == 0
+    assert ".global         _ZN6nbspmm7kernels8teaching20build_tma_wgmma_tile" in capsys.readouterr().out
 
 
 def test_cli_grep_ptx_and_list(capsys):
     assert main(["sass", "tma_wgmma_tile_mn", "--grep", "HGMMA"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert all("HGMMA" in line for line in lines[:-1]) and len(lines) == 5
+    assert lines[0].startswith("tma_wgmma_tile_mn [sm_90a]:")
+    assert all("HGMMA" in line for line in lines[1:]) and len(lines) == 5
     assert main(["sass", "mbarrier_ring", "--ptx", "--grep", r"mbarrier\.init"]) == 0
     assert "mbarrier.init.shared::cta.b64" in capsys.readouterr().out
     assert main(["sass", "--list"]) == 0

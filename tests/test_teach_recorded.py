@@ -1,7 +1,7 @@
 """Loading results recorded on the H200 (nbspmm.teach.recorded).
 
 The files written here are SYNTHETIC TEST DATA in a temporary directory (their "GPU" says so); the last
-test checks the files really shipped in nbspmm/bench/results/, whatever they are.
+test checks the files really shipped in the repository's results/, whatever they are.
 """
 import json
 
@@ -77,7 +77,7 @@ def test_gpu_test_summaries(tmp_path):
 
 
 def test_the_shipped_results_load():
-    """Whatever the lead has put in nbspmm/bench/results/ must load: a notebook cell would fail otherwise."""
+    """Whatever the lead has put in the repository's results/ must load: a notebook cell would fail otherwise."""
     for rec in recorded.bench_results():
         assert rec.label and rec.data["rows"] is not None
     for rec in recorded.gpu_test_summaries():

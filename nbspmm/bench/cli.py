@@ -197,7 +197,9 @@ def dry_run(specs: list[suites.CaseSpec]) -> int:
 
     cache = suites.MatrixCache()
     body = []
-    for spec in specs:
+    for index, spec in enumerate(specs):
+        # Building a paper-scale matrix takes seconds: say which, on stderr (stdout stays the table).
+        print(f"[{index + 1}/{len(specs)}] building {spec.name} ...", file=sys.stderr, flush=True)
         case = suites.build_case(spec, cache)
         storage = "bsr" if case.structure == suites.BLOCK else "csr"
         nbytes = harness.candidate_bytes(case, storage, case.dtype, "float32")

@@ -32,6 +32,7 @@ import scipy.io
 import scipy.sparse as sp
 
 import formats
+from nbspmm import datasets
 
 BLOCK = (64, 64)
 WCSR_SIZES = ((64, 16), (16, 16))  # (window_rows, tile_cols): the default, and a narrow window
@@ -45,7 +46,6 @@ DEFAULT_NNZ = (1_000_000, 3_000_000, 10_000_000)
 BCSR_GOAL_RATIO = 2.0
 WCSR_GOAL_NNZ_PER_S = 20e6
 GOAL_NNZ_RANGE = (1_000_000, 10_000_000)
-DATA_DIR = Path(__file__).parents[1] / "data"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def _from_coordinates(rows, cols, shape, rng) -> sp.csr_array:
 
 
 def largest_real() -> tuple[str, sp.csr_array]:
-    paths = sorted(p for p in DATA_DIR.iterdir() if p.suffix in (".mtx", ".npz"))
+    paths = datasets.matrices()
     loaded = [(p.name, sp.csr_array(scipy.io.mmread(p) if p.suffix == ".mtx" else sp.load_npz(p))) for p in paths]
     name, A = max(loaded, key=lambda item: item[1].nnz)
     A = A.astype(np.float64)

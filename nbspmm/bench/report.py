@@ -1,7 +1,7 @@
-"""``python -m nbspmm report results.json [more.json] [--out snippet.md] [--plot DIR]``.
+"""``python -m nbspmm report [RESULT.json | FOLDER ...] [--out snippet.md | --markdown BENCHMARKS.md] [--plot DIR]``.
 
-Turns result files into the Markdown that BENCHMARKS.md holds: per file a header line "date, GPU,
-commit", the ceilings measured at the start of that run, and per suite
+Turns result files (or folders of them; other files are skipped with a note) into Markdown: per file a
+header line "date, GPU, commit", the ceilings measured at the start of that run, and per suite
     * the times: cases × candidates, median µs per product (or the status where a row was not timed);
     * the geometric-mean speedup of each candidate over each peer (peer time / candidate time);
     * every kernel's speedup normalized twice — to cuSPARSE Blocked-ELL at its best (the paper's
@@ -11,7 +11,9 @@ commit", the ceilings measured at the start of that run, and per suite
       the cuBLAS rate, and the host cost per call, for the nbspmm kernels (for every candidate when no
       kernel ran);
     * what went wrong (wrong results, errors), with the reasons.
-Works on any machine: it only reads JSON.
+With ``--markdown FILE`` it writes the benchmark document instead (``nbspmm.bench.document``: the latest
+table of each kernel per suite, from the repository's ``results/`` when no path is given). Works on any
+machine: it only reads JSON.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def _number(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _markdown_table(header: list[str], body: list[list[str]]) -> str:
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)
@@ -70,7 +72,7 @@ def times_table(result: dict, suite: str) -> str:
         shape = f"{case['M']:,} × {case['K']:,}"
         body.append([f"`{case['name']}`", shape, f"{case['nnz']:,}", str(case["N"]), _short_dtype(case["dtype"])]
                     + [res.cell(by_key.get((case["name"], n))) for n in names])
-    return _markdown_table(["case", "M × K", "nnz", "N", "dtype"] + [f"`{n}`" for n in names], body)
+    return markdown_table(["case", "M × K", "nnz", "N", "dtype"] + [f"`{n}`" for n in names], body)
 
 
 def speedup_table(result: dict, suite: str) -> str | None:
@@ -81,7 +83,7 @@ def speedup_table(result: dict, suite: str) -> str | None:
     body = [[f"`{name}`"] + [f"{by_candidate[name][p]['geomean']:.2f}× ({by_candidate[name][p]['cases']})"
                              if p in by_candidate[name] else "-" for p in peers]
             for name in res.candidate_names(result) if name in by_candidate]
-    return _markdown_table(["candidate"] + [f"vs `{p}`" for p in peers], body)
+    return markdown_table(["candidate"] + [f"vs `{p}`" for p in peers], body)
 
 
 NORMALIZED_INTRO = ("Speedup normalized twice (geometric mean; share of cases faster; cases): to cuSPARSE "
@@ -98,7 +100,7 @@ def normalized_table(result: dict, suite: str | None, pooled=None) -> str | None
         return None
     body = [[f"`{r['kernel']}`"] + [f"{r[f'vs {b}']:.2f}× ({_percent(r[f'faster {b}'])} faster; {r[f'cases {b}']})"
                                     if r[f"cases {b}"] else "-" for b in baselines] for r in rows]
-    return _markdown_table(["kernel"] + [f"vs `{b}`" for b in baselines], body)
+    return markdown_table(["kernel"] + [f"vs `{b}`" for b in baselines], body)
 
 
 def winners_table(result: dict, suite: str) -> str | None:
@@ -113,7 +115,7 @@ def winners_table(result: dict, suite: str) -> str | None:
         body.append([f"`{case['name']}`"] + cells + [res.cell(by_key.get((case["name"], peer_groups.BELL_FIXED_PEER)))])
     if not body:
         return None
-    return _markdown_table(["case"] + [f"`{g}`: winner, µs" for g in peer_groups.GROUPS]
+    return markdown_table(["case"] + [f"`{g}`: winner, µs" for g in peer_groups.GROUPS]
                            + [f"`{peer_groups.BELL_FIXED_PEER}` µs (fixed)"], body)
 
 
@@ -127,7 +129,7 @@ def throughput_table(result: dict, suite: str) -> str | None:
              _number(r.get("tflops_useful")), _number(r.get("tflops_dense_equiv")), _number(r.get("tbps"), 2),
              _percent(r.get("frac_copy_bw")), _percent(r.get("frac_gemm_dense_equiv")), _number(r.get("host_us"))]
             for r in rows]
-    return _markdown_table(["case", "candidate", "median µs", "IQR µs", "TFLOP/s useful", "TFLOP/s dense-eq.",
+    return markdown_table(["case", "candidate", "median µs", "IQR µs", "TFLOP/s useful", "TFLOP/s dense-eq.",
                             "TB/s", "of copy BW", "dense-eq. of cuBLAS", "host µs/call"], body)
 
 
@@ -190,32 +192,73 @@ def _pooled_normalized(documents: list[dict]) -> str | None:
 
 
 # ---------------------------------------------------------------- the command
+def result_paths(arguments: list[str]) -> list[Path]:
+    """The files named, with each folder replaced by its ``*.json`` files (sorted; not recursive)."""
+    paths: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        paths += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    return paths
+
+
+def load_results(paths: list[Path]) -> list[tuple[str, dict]]:
+    """(file name, result) for every benchmark result among ``paths``; any other file is skipped with a
+    note on stderr (results/ also holds GPU test summaries, timelines and tuning records)."""
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append((path.name, res.load(path)))
+        except ValueError as exc:
+            print(f"report: skipped {exc}", file=sys.stderr)
+    return loaded
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="RESULT.json", help="result files written by `bench --out`")
+    parser.add_argument("paths", nargs="*", metavar="RESULT.json|FOLDER",
+                        help="result files written by `bench --out`, or folders of them "
+                             "(default: the repository's results/)")
     parser.add_argument("--out", metavar="FILE.md", help="write the Markdown here instead of printing it")
+    parser.add_argument("--markdown", metavar="BENCHMARKS.md",
+                        help="write the benchmark document instead: the latest table of each kernel per suite, "
+                             "a table of contents and an index of the files (nbspmm.bench.document)")
     parser.add_argument("--plot", metavar="DIR", help="also write the figures (matplotlib) into DIR")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        documents = [res.load(path) for path in args.files]
-    except ValueError as exc:
-        print(f"report: {exc}", file=sys.stderr)
-        return 2
-    text = render_many(documents)
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+def _write(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text)
+        print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nbspmm import datasets
+
+    paths = result_paths(args.paths or [str(datasets.results_dir())])
+    absent = [p for p in paths if not p.exists()]
+    if absent:
+        print(f"report: {absent[0]}: no such file or folder", file=sys.stderr)
+        return 2
+    entries = load_results(paths)
+    if not entries:
+        print("report: no benchmark result among the files given", file=sys.stderr)
+        return 2
+    if args.markdown:
+        from nbspmm.bench import document
+
+        _write(document.render(entries), args.markdown)
+    else:
+        _write(render_many([result for _, result in entries]), args.out)
     if args.plot:
         from nbspmm.bench import plots
 
-        for index, document in enumerate(documents):
-            prefix = f"{index + 1}-" if len(documents) > 1 else ""
-            for path in plots.make_plots(document, args.plot, prefix):
-                print(f"wrote {path}")
-        if len(documents) > 1:   # Figure 5 over every file's cases together
-            for path in plots.pooled_normalized_distributions(_pool(documents), args.plot, "pooled-"):
-                print(f"wrote {path}")
+        results = [result for _, result in entries]
+        for index, result in enumerate(results):
+            prefix = f"{index + 1}-" if len(results) > 1 else ""
+            for path in plots.make_plots(result, args.plot, prefix):
+                print(f"wrote {path}", file=sys.stderr)
+        if len(results) > 1:   # Figure 5 over every file's cases together
+            for path in plots.pooled_normalized_distributions(_pool(results), args.plot, "pooled-"):
+                print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -17,7 +17,8 @@ Values (the same rule for every candidate, so that all multiply the same numbers
       rounded the same way.
 
 Suites
-    ``real``       every ``.mtx`` / ``.npz`` in ``nbspmm/data`` (or the files given with ``--matrix``).
+    ``real``       every matrix ``nbspmm.datasets`` finds (the repository's ``data/``; or the files given
+                   with ``--matrix``).
     ``synthetic``  R-MAT power-law graphs, 3-D 27-point stencils, uniform random, block-diagonal replicas
                    of the real matrices (irregular, 1-10M nonzeros at ``paper`` scale) and block-sparse
                    matrices of dense 64 × 64 blocks at a target block sparsity (for the BCSR kernel).
@@ -36,6 +37,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import scipy.io
 import scipy.sparse as sp
+
+from nbspmm import datasets
 
 # ---------------------------------------------------------------- dtypes
 DTYPE_ALIASES = {"fp16": "float16", "float16": "float16", "half": "float16",
@@ -210,13 +213,12 @@ def block_sparse(m: int, k: int, block_sparsity: float, seed: int,
 
 
 # ---------------------------------------------------------------- real matrices
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-MATRIX_SUFFIXES = (".mtx", ".npz")
+MATRIX_SUFFIXES = datasets.MATRIX_SUFFIXES
 
 
 def shipped_matrices() -> list[Path]:
-    """The real matrices shipped in ``nbspmm/data``, sorted by name."""
-    return sorted(p for p in DATA_DIR.iterdir() if p.suffix in MATRIX_SUFFIXES)
+    """The real matrices ``nbspmm.datasets`` finds, sorted by name."""
+    return datasets.matrices()
 
 
 @dataclass(frozen=True)
@@ -508,7 +510,7 @@ def synthetic_matrices(scale: str, families: Sequence[str] = SYNTHETIC_FAMILIES,
                                    lambda m=m, k=k, nnz=nnz, s=s: uniform_random(m, k, nnz, s)), None))
     if "replica" in families:
         for name in REPLICA_SOURCES[scale]:
-            path = DATA_DIR / name
+            path = datasets.matrix_path(name)
             source = load_matrix(path, seed)
             copies = max(1, round(REPLICA_TARGET_NNZ[scale] / max(source.matrix.nnz, 1)))
             key = f"replica-{path.stem}-x{copies}"

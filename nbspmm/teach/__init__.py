@@ -4,8 +4,8 @@ Everything a notebook shows lives here or in the rest of the package, tested, so
 narrative over imported code. Nothing here needs a GPU except ``live`` and the recording function of
 ``balance``.
 
-  recorded   results recorded on the H200 (``nbspmm/bench/results/``): benchmark files, GPU test
-             summaries, pipeline timelines, the WCSR load-balancing record; ``label`` says where and when each was measured, and
+  recorded   results recorded on the H200 (the repository's ``results/``): benchmark files,
+             GPU test summaries, pipeline timelines, the WCSR load-balancing record; ``label`` says where and when each was measured, and
              ``NOT_RECORDED`` is what a notebook says where nothing was recorded yet
   floors     the first-principles cost of an SpMM: flops, bytes that must move, arithmetic intensity,
              time floors from the H200's ceilings (formulas, labelled as such)

@@ -40,11 +40,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+
+from nbspmm import datasets
 
 SCHEMA = "nbspmm-wcsr-balance/1"
 FILE_NAME = "wcsr_balance.json"
@@ -126,12 +127,10 @@ def balance_cases(matrices: Sequence[str] = DEFAULT_MATRICES, N: int = DEFAULT_N
                                        lambda: arrow_matrix(seed=seed))
             specs.append(suites.CaseSpec(SUITE, matrix, int(N), dtype, suites.stable_seed(seed, "B", key, N, dtype)))
             continue
-        path = Path(name)
-        if not path.suffix:
-            path = suites.DATA_DIR / f"{name}.mtx"
-        if not path.is_file():
-            raise FileNotFoundError(f"no matrix {name!r}: expected 'arrow', a shipped matrix "
-                                    f"({', '.join(p.stem for p in suites.shipped_matrices())}) or a file")
+        try:
+            path = datasets.matrix_path(name)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"expected 'arrow', a matrix name or a file: {exc}") from None
         for spec in suites.real_suite([path], n_values=(N,), dtypes=(dtype,), seed=seed):
             specs.append(dataclasses.replace(spec, suite=SUITE))
     return specs

@@ -1,7 +1,8 @@
 """Results recorded on the H200, for notebooks running where there is no GPU.
 
-The files live in ``nbspmm/bench/results/`` (package data, recorded on the H200; the environment
-variable ``NBSPMM_RESULTS_DIR`` points the loaders at another folder, e.g. to preview new files). Three
+The files live in the repository's top-level ``results/`` (recorded on the H200; the environment
+variable ``NBSPMM_RESULTS_DIR`` points the loaders at another folder, e.g. to preview new files; see
+``nbspmm.datasets.results_dir``). Three
 kinds, each a JSON object with an ``environment`` saying where and when it was measured
 (``{"date", "gpu", "commit", ...}``; ``gpu`` and ``commit`` may be strings or the dictionaries that
 ``nbspmm.bench.environment.capture()`` writes):
@@ -22,14 +23,13 @@ commit 3c3db76a1b") or ``None`` when nothing of that kind was recorded; a notebo
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# NBSPMM_RESULTS_DIR points the notebooks at another folder (e.g. to preview freshly recorded files).
-RESULTS_DIR = Path(os.environ.get("NBSPMM_RESULTS_DIR") or Path(__file__).resolve().parents[1] / "bench" / "results")
+from nbspmm import datasets
+
 NOT_RECORDED = "not recorded yet on the H200"
 BENCH_SCHEMA = "nbspmm-bench/1"
 GPU_TESTS_PATTERN = re.compile(r"^gpu_tests_(?P<date>[^/]+)\.json$")
@@ -107,7 +107,7 @@ def _read(path: Path, kind: str, data: dict | None = None) -> dict:
 
 
 def _directory(directory) -> Path:
-    return RESULTS_DIR if directory is None else Path(directory)
+    return datasets.results_dir() if directory is None else Path(directory)
 
 
 def _json_files(directory) -> list[Path]:

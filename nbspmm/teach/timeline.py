@@ -1,6 +1,6 @@
 """Pipeline timeline records: what an instrumented kernel writes, checked, and what it says.
 
-The format (``timeline_<variant>.json`` in ``nbspmm/bench/results/``, written by the instrumented BCSR
+The format (``timeline_<variant>.json`` in the repository's ``results/``, written by the instrumented BCSR
 kernel from ``%globaltimer`` stamps)::
 
     {"environment": {"date", "gpu", "commit", ...},

@@ -16,6 +16,7 @@ sys.path.insert(0, str(TESTS.parent))
 
 from tests.bench_fakes import FAKE_CEILINGS, FAKE_ENVIRONMENT, FakeBackend, FakeTimer, example_candidates  # noqa: E402
 
+from nbspmm import datasets  # noqa: E402
 from nbspmm.bench import results, suites  # noqa: E402
 from nbspmm.bench.harness import Harness  # noqa: E402
 
@@ -23,7 +24,7 @@ EXAMPLE_PATH = TESTS / "data" / "bench_example.json"
 
 
 def build_example() -> dict:
-    specs = (suites.real_suite([suites.DATA_DIR / "cora.npz", suites.DATA_DIR / "dwt_992.mtx"], n_values=(32,))
+    specs = (suites.real_suite([datasets.matrix_path("cora.npz"), datasets.matrix_path("dwt_992.mtx")], n_values=(32,))
              + suites.synthetic_suite("small", ["blocksparse"], n_values=(64,), block_sparsities=(0.5, 0.9)))
     harness = Harness(example_candidates(), FakeBackend(), FakeTimer(), FAKE_CEILINGS)
     settings = {"note": "SYNTHETIC TEST DATA made by tests/data/make_bench_example.py with fake candidates"}

@@ -1,16 +1,15 @@
 """The host API on the H200: inputs from numpy, numba, torch and cupy; out=; clear errors (marker gpu)."""
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import formats
+from nbspmm import datasets
 from nbspmm.bench.suites import load_matrix
 from tests.gpu.spmm_checks import block_sparse, check_product
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).parents[2] / "nbspmm" / "data"
 
 
 def _A(rng, dtype=np.float16):
@@ -108,11 +107,11 @@ def test_errors_name_the_problem():
     assert SpMMOperator(_A(rng), format="bcsr", kernel="pingpong").kernel   # verified: no longer experimental
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz")))
+@pytest.mark.parametrize("name", [p.name for p in datasets.matrices()])
 def test_real_matrices_both_formats(name):
     from nbspmm.api import SpMMOperator
 
-    A = load_matrix(DATA / name).matrix          # values scaled to |v| <= 1: fp16 holds them
+    A = load_matrix(datasets.matrix_path(name)).matrix          # values scaled to |v| <= 1: fp16 holds them
     rng = np.random.default_rng(len(name))
     B = rng.standard_normal((A.shape[1], 64)).astype(np.float16)
     for fmt in (formats.BCSR.from_scipy(A, dtype=np.float16), formats.WCSR.from_scipy(A, dtype=np.float16)):

@@ -1,5 +1,4 @@
 """The CSR row kernel (CUDA cores, for scattered matrices) on the H200, against scipy in float64."""
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -7,12 +6,12 @@ import pytest
 import scipy.sparse as sp
 
 import formats
+from nbspmm import datasets
 from nbspmm.bench.suites import load_matrix
 from tests.gpu.spmm_checks import check_product, irregular_matrices
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).parents[2] / "nbspmm" / "data"
-REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
+REAL = [p.name for p in datasets.matrices()]
 
 
 def operator(A_fmt, out_dtype=np.float32, **options):
@@ -24,7 +23,7 @@ def operator(A_fmt, out_dtype=np.float32, **options):
 
 @pytest.mark.parametrize("name", REAL)
 def test_real_matrices(name):
-    A = formats.CSR.from_scipy(load_matrix(DATA / name).matrix)
+    A = formats.CSR.from_scipy(load_matrix(datasets.matrix_path(name)).matrix)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
     check_product(operator(A), A, B, np.float32, f"csr {name}")
 

@@ -1,5 +1,4 @@
 """The WCSR tensor-core kernels on the H200 against scipy in float64 (marker gpu)."""
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -7,12 +6,12 @@ import pytest
 import scipy.sparse as sp
 
 import formats
+from nbspmm import datasets
 from nbspmm.bench.suites import load_matrix
 from tests.gpu.spmm_checks import check_product, irregular_matrices
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).parents[2] / "nbspmm" / "data"
-REAL = sorted(p.name for p in DATA.glob("*") if p.suffix in (".mtx", ".npz"))
+REAL = [p.name for p in datasets.matrices()]
 GATHERS = ("ws", "ws-cpasync")     # B rows by 1-row TMA boxes / by the producer warpgroup's cp.async
 
 
@@ -30,7 +29,7 @@ def wcsr(A, dtype=np.float16, tile_cols=16, window_rows=64):
 @pytest.mark.parametrize("variant", GATHERS)
 @pytest.mark.parametrize("name", REAL)
 def test_real_matrices(name, variant):
-    A = wcsr(load_matrix(DATA / name).matrix)
+    A = wcsr(load_matrix(datasets.matrix_path(name)).matrix)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
     check_product(operator(A, variant), A, B, np.float32, f"{variant} {name}")
 
@@ -148,7 +147,7 @@ def test_tma_epilogue(variant, out, N):
 
 @pytest.mark.parametrize("name", REAL)
 def test_swapped_real_matrices(name):
-    A = wcsr(load_matrix(DATA / name).matrix, window_rows=16)
+    A = wcsr(load_matrix(datasets.matrix_path(name)).matrix, window_rows=16)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
     check_product(operator(A, "swapped"), A, B, np.float32, f"swapped {name}")
 
