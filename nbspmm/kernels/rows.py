@@ -46,9 +46,9 @@ from numba import cuda, float32, uint16, uint64
 
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, host_view, make_loader, make_storer, make_widener
+from nbspmm.kernels.pipeline.config import WARP
 from nbspmm.kernels.registry import KernelSpec, register
 
-WARP = 32
 QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
 SLICE_COLS = WARP * QUAD          # 128 columns of C per warp (N > 64): one 256-byte B row per warp load
 WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
