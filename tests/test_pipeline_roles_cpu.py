@@ -44,3 +44,30 @@ def test_roles_are_chosen_by_the_configuration(cfg, skeleton, producer):
     assert roles.schedule.n_barriers == (cfg.consumer_wgs if cfg.pingpong else 0)
     kernel = build.build_kernel_function(cfg)
     assert kernel.__qualname__.startswith(skeleton.__name__), kernel.__qualname__
+
+
+def test_bound_cache_binds_once_per_buffer_pair_and_drops_the_least_recent():
+    import numpy as np
+
+    from nbspmm.launch import DeviceMatrix
+
+    def matrix(ptr):
+        return DeviceMatrix(ptr, (4, 8), (16, 2), np.dtype(np.float16))
+
+    bound_for = []
+
+    def bind(B, C):
+        bound_for.append((B.ptr, C.ptr))
+        return lambda: None
+
+    cache = prepared.BoundCache(bind, size=2)
+    first = cache.get(matrix(0x100), matrix(0x200))
+    assert cache.get(matrix(0x100), matrix(0x200)) is first          # same buffers: no new bind
+    cache.get(matrix(0x300), matrix(0x200))
+    cache.get(matrix(0x100), matrix(0x200))                           # refreshes the first pair
+    cache.get(matrix(0x500), matrix(0x200))                           # drops (0x300, 0x200)
+    assert len(cache) == 2
+    cache.get(matrix(0x100), matrix(0x200))
+    assert bound_for == [(0x100, 0x200), (0x300, 0x200), (0x500, 0x200)]
+    cache.get(matrix(0x300), matrix(0x200))
+    assert bound_for[-1] == (0x300, 0x200)

@@ -161,19 +161,38 @@ def tma_can_store(C) -> bool:
     return aligned and C.strides[1] == C.dtype.itemsize
 
 
+class BoundCache:
+    """The bound products of one prepared operand, one per (B, C) buffer pair, least recently used dropped
+    first. Every prepared product (PreparedPipeline, the CSR row kernel's) owns one as ``bound_cache``,
+    built on its own ``bind(B, C)``: the protocol is ``bind`` + ``bound_cache``, nobody reaches into
+    another object's dictionary."""
+
+    def __init__(self, bind, size: int = BOUND_CACHE_SIZE):
+        self._bind = bind
+        self._size = size
+        self._entries: OrderedDict = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, B, C):
+        """The bound product for (B, C), keyed by pointer, shape, strides and dtype (bound on a miss)."""
+        B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
+        C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
+        key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
+        bound = self._entries.get(key)
+        if bound is None:
+            if len(self._entries) >= self._size:
+                self._entries.popitem(last=False)          # least recently used first
+            bound = self._entries[key] = self._bind(B, C)
+        else:
+            self._entries.move_to_end(key)
+        return bound
+
+
 def launch_cached(prepared, B, C) -> None:
-    """Enqueue ``prepared``'s product for (B, C) through its cache of bound products
-    (``prepared._bound``, an OrderedDict; ``prepared.bind(B, C)`` on a miss), least recently used dropped."""
-    B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
-    C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
-    key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
-    bound = prepared._bound.get(key)
-    if bound is None:
-        if len(prepared._bound) >= BOUND_CACHE_SIZE:
-            prepared._bound.popitem(last=False)          # least recently used first
-        bound = prepared._bound[key] = prepared.bind(B, C)
-    else:
-        prepared._bound.move_to_end(key)
+    """Enqueue ``prepared``'s product for (B, C) through its ``bound_cache`` (see BoundCache)."""
+    bound = prepared.bound_cache.get(B, C)
     bound()
 
 
@@ -259,7 +278,7 @@ class PreparedPipeline:
                                   swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
         self.n_ctas_persistent = sm_count()
         self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
-        self._bound: OrderedDict = OrderedDict()
+        self.bound_cache = BoundCache(self.bind)
         self._pad_buffers: dict = {}
         self._partials: dict = {}
 

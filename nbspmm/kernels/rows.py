@@ -269,9 +269,9 @@ class PreparedRows:
     words: bool = True            # False: read B element by element even where 8-byte words would do
 
     def __post_init__(self):
-        from collections import OrderedDict
+        from nbspmm.kernels.prepared import BoundCache
 
-        self._bound = OrderedDict()
+        self.bound_cache = BoundCache(self.bind)
 
     def bind(self, B, C):
         from nbspmm.kernels.prepared import BoundProduct
