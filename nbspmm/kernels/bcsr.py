@@ -124,6 +124,7 @@ def _spec(variant: str):
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
                       + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
+        formats=("bcsr",), variant=variant, prepare=prepare, default=variant == DEFAULT_VARIANT,
     )
 
 

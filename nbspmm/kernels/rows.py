@@ -341,4 +341,5 @@ register(KernelSpec(
                 "read as 8-byte words, groups of 4 nonzeros with their loads in flight; fp16 in, fp32 out",
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.64", "FFMA"),
+    formats=("csr",), variant="rows", prepare=prepare, default=True,
 ))

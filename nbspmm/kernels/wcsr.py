@@ -114,4 +114,5 @@ for _name, _cfg in VARIANTS.items():
                                  {"launch_bounds": (cfg.threads, 1)})),
         expected_sass=("HGMMA", "UTMALDG", "SYNCS") + (("UTMASTG",) if _cfg.epilogue == "tma" else ())
                       + (("LDGSTS", "ARRIVES") if _cfg.gather == "cp_async" else ()),
+        formats=("wcsr",), variant=_name, prepare=prepare, default=_name == next(iter(VARIANTS)),
     ))
