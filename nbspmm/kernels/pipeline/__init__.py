@@ -59,8 +59,10 @@ Adding a variant. A new way to do one step is a new role, not a branch in a skel
 ``make_<variant>(cfg, ...)`` in the role's module returning the same record (e.g. a ``Producer`` for a
 new way to fill a stage, an ``Epilogue`` for a new way to write C) whose device functions take the
 arguments the skeleton passes; add the configuration field (validated in PipelineConfig.__post_init__)
-and choose the role from it in ``build.make_roles``. Register a named configuration in bcsr.py or
-wcsr.py so that ``python -m nbspmm sass --fingerprint`` covers it.
+and choose the role from it in ``build.make_roles``. Decorate compositions with ``inlining.role`` and leaf
+operations with ``inlining.device`` (its docstring says why: the existing kernels' SASS depends on it).
+Register a named configuration in bcsr.py or wcsr.py so that ``python -m nbspmm sass --fingerprint``
+covers it, and check that the other kernels' fingerprints did not move.
 
 Constraints: the unit height is 64 (the wgmma M; 8-64 when swapped); BK ∈ {16, 32, 64, 128}; N is padded internally to a
 multiple of 8 when B's row pitch is not a multiple of 16 bytes (TMA's stride rule), at the cost of one
