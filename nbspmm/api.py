@@ -26,20 +26,15 @@ import numpy as np
 import formats
 from nbspmm.choose import choose_format
 from nbspmm.device import require_hopper
-from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
+from nbspmm.kernels import registry   # the kernel modules it loads compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
 
 # format -> kernel name -> prepare function. `prepare(fmt, in_kind, out_kind, variant=name, **options)`
-# returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). The
-# names come from the kernel modules' own tables (the default variant first); the CUDA-core baseline
-# serves both formats.
-KERNELS = {
-    "bcsr": {**{name: bcsr.prepare for name in [bcsr.DEFAULT_VARIANT, *bcsr.VARIANTS]},
-             "baseline": baseline_launch.prepare},
-    "wcsr": {**{name: wcsr.prepare for name in wcsr.VARIANTS}, "baseline": baseline_launch.prepare},
-    "csr": {"rows": rows.prepare},
-}
+# returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). Derived
+# from the kernel registry (each kernel module registers its variants with their format and prepare; the
+# default variant first, the CUDA-core baseline, which serves both formats, last).
+KERNELS = {format_name: registry.products(format_name) for format_name in ("bcsr", "wcsr", "csr")}
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
 # experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules (ordered

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from nbspmm.kernels.pipeline.config import DEFAULT_DYNAMIC_SMEM  # dynamic shared memory usable without the opt-in
+
 INTP = ctypes.c_ssize_t
-DEFAULT_DYNAMIC_SMEM = 48 * 1024     # dynamic shared memory a launch may use without the opt-in
 ARRAY_HEADER_FIELDS = 5          # meminfo, parent, nitems, itemsize, data — then shape and strides
 
 

@@ -14,9 +14,11 @@ operand layout. Device side (call inside ``cuda.jit`` kernels):
               cp_async_wait_all (Ampere-style per-thread 16-byte copies: gathers with zero-filled padding)
   wgmma       wgmma_fence, wgmma_commit_group, wgmma_wait_group, make_wgmma, make_zero_accumulator
   descriptor  make_smem_descriptor (device), smem_descriptor (host), operand layouts, TMA swizzle on the host
-  warp        fence_proxy_async_shared, elect_one, setmaxnreg_inc/dec, named_barrier_sync/arrive,
+  warp        (fence, elect, setmaxnreg, named_barrier, special_registers) fence_proxy_async_shared,
+              elect_one, setmaxnreg_inc/dec, named_barrier_sync/arrive,
               global_timer, clock64, lane_id, sm_id, warp_id, warpgroup_id, thread_in_warpgroup
-  fragment    fragment_coords, accumulator_layout, make_fragment_store / _atomic_add / _load / _store_shared / _store_transposed,
+  fragment    (host oracles in fragment_layout: fragment_coords, accumulator_layout, shared_tile_offset)
+              make_fragment_store / _atomic_add / _load / _store_shared / _store_transposed,
               shared_tile_offset, store_box_columns
 
 Host side: ``tensormap`` (encode_tiled, set_dynamic_shared_memory) and ``inspect`` (PTX / SASS without a

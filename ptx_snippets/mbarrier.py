@@ -29,7 +29,7 @@ from __future__ import annotations
 from numba import cuda, uint32, uint64
 
 from ._asm import asm_intrinsic, isa
-from .warp import global_timer
+from .special_registers import global_timer
 
 _MBAR = "parallel-synchronization-and-communication-instructions-mbarrier"
 

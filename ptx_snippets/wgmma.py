@@ -27,11 +27,12 @@ from numba import types
 
 from ._asm import (F32, I32, I64, PTXUsageError, asm, asm_intrinsic, check_integer, check_int_value,
                    check_unituple, intrinsic, isa, literal_asm_intrinsic, make_typer)
+from .special_registers import WARPGROUP_SIZE
 
 WGMMA_M = 64
 WGMMA_K = 16                     # for 16-bit inputs
 WGMMA_N_MIN, WGMMA_N_MAX, WGMMA_N_STEP = 8, 256, 8
-WARPGROUP_THREADS = 128
+WARPGROUP_THREADS = WARPGROUP_SIZE
 A_FRAGMENT_REGS = 4              # A from registers: 64×16 16-bit values / 128 threads / 2 per register
 DTYPES = ("f16", "bf16")
 MAX_WGMMA_GROUPS = 7

@@ -3,21 +3,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from nbspmm.kernels import bcsr, tc_pipeline
+from nbspmm.kernels import bcsr, pipeline
 from nbspmm.kernels.registry import get
 
 
 def test_ladder_configs_are_consistent():
     for name, cfg in bcsr.LADDER.items():
         assert cfg.name == name
-        assert cfg.smem_bytes <= tc_pipeline.MAX_DYNAMIC_SMEM
+        assert cfg.smem_bytes <= pipeline.MAX_DYNAMIC_SMEM
         assert cfg.threads == 128 * (cfg.consumer_wgs + cfg.specialized)
     v3 = bcsr.LADDER["v3"]
     # 64x64 fp16 A block (8 KB) + 64 x 256 fp16 B tile (32 KB) per stage.
     assert (v3.a_stage_bytes, v3.stage_bytes) == (8192, 40960)
     # setmaxnreg budget: one CTA of 384 threads must fit the SM's 65,536 registers (both register splits).
-    assert 128 * tc_pipeline.PRODUCER_REGS + 256 * tc_pipeline.CONSUMER_REGS <= 65536
-    assert 128 * tc_pipeline.GATHER_PRODUCER_REGS + 256 * tc_pipeline.GATHER_CONSUMER_REGS <= 65536
+    assert 128 * pipeline.PRODUCER_REGS + 256 * pipeline.CONSUMER_REGS <= 65536
+    assert 128 * pipeline.GATHER_PRODUCER_REGS + 256 * pipeline.GATHER_CONSUMER_REGS <= 65536
 
 
 @pytest.mark.parametrize("bad", [dict(block_k=8), dict(block_k=48), dict(wg_n=96), dict(stages=20),
@@ -32,12 +32,12 @@ def test_bad_configs_are_rejected(bad):
     base = dict(name="x", loader="tma", stages=4, specialized=True, persistent=False)
     base.update(bad)
     with pytest.raises(ValueError):
-        tc_pipeline.PipelineConfig(**base)
+        pipeline.PipelineConfig(**base)
 
 
 def test_padded_columns_meets_tma_stride_rule():
     for n in range(1, 40):
-        p = tc_pipeline.padded_columns(n)
+        p = pipeline.padded_columns(n)
         assert p >= n and (p * 2) % 16 == 0 and p - n < 8
 
 
@@ -48,7 +48,7 @@ def test_wide_and_pingpong_tiles():
     # pingpong: each warpgroup a whole 64 x 256 item; only its own 4 warps release a stage.
     assert (pingpong.tile_n, pingpong.stage_bytes, pingpong.release_arrivals) == (256, 8192 + 32768, 4)
     for cfg in (wide, pingpong):
-        assert cfg.smem_bytes <= tc_pipeline.MAX_DYNAMIC_SMEM
+        assert cfg.smem_bytes <= pipeline.MAX_DYNAMIC_SMEM
         assert bcsr.config(cfg.name, "f16", "f32").stages == cfg.stages    # as many as fit, no more
 
 
@@ -57,7 +57,7 @@ def test_ring_advance_by_equals_repeated_advance():
 
     for stages in (1, 2, 3, 5, 8):
         ring = make_ring(stages, 1024, 4)
-        advance, advance_by = ring[1].py_func, ring[2].py_func
+        advance, advance_by = ring.advance.py_func, ring.advance_by.py_func
         for start in range(stages):
             for phase in (0, 1):
                 s, ph = start, phase
@@ -85,21 +85,21 @@ def test_sass_has_the_hopper_instructions(name):
 
 def test_stages_fit_shared_memory_for_wide_blocks():
     cfg = bcsr.config("v4", "f16", "f32", block_k=128)
-    assert cfg.stages == 2 and cfg.smem_bytes <= tc_pipeline.MAX_DYNAMIC_SMEM
+    assert cfg.stages == 2 and cfg.smem_bytes <= pipeline.MAX_DYNAMIC_SMEM
 
 
 def test_tile_shape_follows_n():
-    assert tc_pipeline.tile_shape_for(8) == (1, 64)
-    assert tc_pipeline.tile_shape_for(64) == (1, 64)
-    assert tc_pipeline.tile_shape_for(65) == (2, 64)
-    assert tc_pipeline.tile_shape_for(129) == (2, 128)
-    assert tc_pipeline.tile_shape_for(4096) == (2, 128)
-    assert tc_pipeline.tile_shape_for(300, widest=256) == (2, 192)
-    assert tc_pipeline.tile_shape_for(4096, widest=256) == (2, 256)
+    assert pipeline.tile_shape_for(8) == (1, 64)
+    assert pipeline.tile_shape_for(64) == (1, 64)
+    assert pipeline.tile_shape_for(65) == (2, 64)
+    assert pipeline.tile_shape_for(129) == (2, 128)
+    assert pipeline.tile_shape_for(4096) == (2, 128)
+    assert pipeline.tile_shape_for(300, widest=256) == (2, 192)
+    assert pipeline.tile_shape_for(4096, widest=256) == (2, 256)
     # ping-pong: two warpgroups always, each as wide as N needs up to the widest
-    assert tc_pipeline.tile_shape_for(8, "pingpong", 256) == (2, 64)
-    assert tc_pipeline.tile_shape_for(130, "pingpong", 256) == (2, 192)
-    assert tc_pipeline.tile_shape_for(4096, "pingpong", 256) == (2, 256)
+    assert pipeline.tile_shape_for(8, "pingpong", 256) == (2, 64)
+    assert pipeline.tile_shape_for(130, "pingpong", 256) == (2, 192)
+    assert pipeline.tile_shape_for(4096, "pingpong", 256) == (2, 256)
 
 
 @pytest.mark.parametrize("name", ["bcsr-wide", "bcsr-pingpong", "wcsr-pingpong"])
@@ -176,9 +176,9 @@ def test_tma_epilogue_shared_memory_and_stages():
     f16 = bcsr.config("v4", "f16", "f16", epilogue="tma")
     assert (f32.epilogue_bytes, f16.epilogue_bytes, regs.epilogue_bytes) == (2 * 64 * 128 * 4, 2 * 64 * 128 * 2, 0)
     assert f32.stages == f16.stages == regs.stages == 4
-    assert f32.smem_bytes == 4 * 40960 + 65536 <= tc_pipeline.MAX_DYNAMIC_SMEM
+    assert f32.smem_bytes == 4 * 40960 + 65536 <= pipeline.MAX_DYNAMIC_SMEM
     pingpong = bcsr.config("pingpong", "f16", "f32", epilogue="tma")      # 2 x 64 x 256 fp32 = 128 KB
-    assert pingpong.stages == (tc_pipeline.MAX_DYNAMIC_SMEM - 131072) // 40960 == 2
+    assert pingpong.stages == (pipeline.MAX_DYNAMIC_SMEM - 131072) // 40960 == 2
     assert (4 * 40960 + 65536) % 1024 == 0             # the regions start 1024-B aligned (128B swizzle)
 
 
@@ -191,7 +191,7 @@ def test_tma_epilogue_sass(variant, out_kind):
 
     in_kind = "bf16" if out_kind == "bf16" else "f16"
     cfg = bcsr.config(variant, in_kind, out_kind, epilogue="tma")
-    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+    k = inspect_kernel(pipeline.build_kernel_function(cfg), pipeline.kernel_signature(cfg),
                        launch_bounds=(cfg.threads, 1))
     ops = opcode_counts(k.sass)
     boxes = cfg.wg_n * cfg.out_bytes // 128
@@ -224,7 +224,7 @@ def test_64x32_sass():
     from ptx_snippets.inspect import inspect_kernel, opcode_counts
 
     cfg = bcsr.config("v4", "f16", "f32", block_k=32)
-    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+    k = inspect_kernel(pipeline.build_kernel_function(cfg), pipeline.kernel_signature(cfg),
                        launch_bounds=(cfg.threads, 1))
     ops = opcode_counts(k.sass)
     assert ops["HGMMA.64x128x16.F32"] == 2 and ops["UTMALDG.2D"] > 0
@@ -238,10 +238,10 @@ def test_cp_async_gather_pieces():
 
     cfg = wcsr.VARIANTS["ws-cpasync"]
     assert (cfg.gather_pieces, cfg.gather_pieces // 128) == (512, 4)
-    assert (cfg.producer_regs, cfg.consumer_regs) == (tc_pipeline.GATHER_PRODUCER_REGS, tc_pipeline.GATHER_CONSUMER_REGS)
+    assert (cfg.producer_regs, cfg.consumer_regs) == (pipeline.GATHER_PRODUCER_REGS, pipeline.GATHER_CONSUMER_REGS)
     from ptx_snippets.inspect import inspect_kernel, opcode_counts
 
-    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+    k = inspect_kernel(pipeline.build_kernel_function(cfg), pipeline.kernel_signature(cfg),
                        launch_bounds=(cfg.threads, 1))
     ops = opcode_counts(k.sass)
     assert sum(n for op, n in ops.items() if op.startswith("LDGSTS")) >= 1

@@ -18,7 +18,7 @@ def simulate(items, stages, use_turns, seed, max_steps=200_000):
     """Run one random interleaving; returns "ok", "stale" (a wait passed on the wrong load) or "deadlock"."""
     rng = np.random.default_rng(seed)
     ring = make_ring(stages, 1, 1)
-    advance, advance_by = ring[1].py_func, ring[2].py_func
+    advance, advance_by = ring.advance.py_func, ring.advance_by.py_func
     parity_of_turn = turn_wait_parity.py_func
     full = [MBarrier(1, f"full{s}") for s in range(stages)]
     empty = [MBarrier(1, f"empty{s}") for s in range(stages)]

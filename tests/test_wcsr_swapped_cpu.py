@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm import api
-from nbspmm.kernels import tc_pipeline, wcsr
+from nbspmm.kernels import pipeline, wcsr
 
 
 def test_configuration_sizes():
@@ -38,7 +38,7 @@ def test_unswapped_units_are_64_rows():
 def test_short_windows_only_for_the_swapped_kernel():
     A = sp.random_array((100, 90), density=0.05, rng=0, format="csr")
     w16 = formats.WCSR.from_scipy(A, window_rows=16, tile_cols=16)
-    view = wcsr.operand(w16, None, tc_pipeline.SWAPPED_UNIT_ROWS)
+    view = wcsr.operand(w16, None, pipeline.SWAPPED_UNIT_ROWS)
     assert view.values.shape == (w16.n_tiles * 16, 16)
     with pytest.raises(ValueError, match="kernel='swapped'"):
         wcsr.operand(w16, None)
@@ -53,15 +53,15 @@ def test_sass(unit_rows):
     from ptx_snippets.inspect import inspect_kernel, opcode_counts
 
     cfg = replace(wcsr.VARIANTS["swapped"], unit_rows=unit_rows)
-    k = inspect_kernel(tc_pipeline.build_kernel_function(cfg), tc_pipeline.kernel_signature(cfg),
+    k = inspect_kernel(pipeline.build_kernel_function(cfg), pipeline.kernel_signature(cfg),
                        launch_bounds=(cfg.threads, 1))
     ops = opcode_counts(k.sass)
     hgmma = f"HGMMA.64x{unit_rows}x16.F32"
-    assert ops[hgmma] >= tc_pipeline.SWAPPED_SLICES, ops               # one per 64 columns per k16 step
+    assert ops[hgmma] >= pipeline.SWAPPED_SLICES, ops               # one per 64 columns per k16 step
     assert all(".tnspA" in line for line in k.sass.splitlines() if hgmma in line)   # A (the B rows) MN-major
     assert ops["UTMALDG.2D"] > 0 and k.info.spill_stores == 0 and k.info.stack_frame == 0
     # the transposed epilogue: one store (or red) per accumulator register of each slice
-    n_regs = tc_pipeline.SWAPPED_SLICES * 64 * unit_rows // 128
+    n_regs = pipeline.SWAPPED_SLICES * 64 * unit_rows // 128
     assert sum(n for op, n in ops.items() if op.startswith("REDG")) == n_regs
 
 

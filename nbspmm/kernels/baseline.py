@@ -95,15 +95,24 @@ def _signature(kind_in: str, kind_out: str, data_ndim: int):
             types.Array(elt_in, 3, "C"), types.Array(elt_in, 2, "C"), types.Array(elt_out, 2, "C"))
 
 
+def prepare(fmt, in_kind: str, out_kind: str, **options):
+    """The API's entry point (``nbspmm.kernels.baseline_launch.prepare``, which imports this module)."""
+    from nbspmm.kernels import baseline_launch
+
+    return baseline_launch.prepare(fmt, in_kind, out_kind, **options)
+
+
 register(KernelSpec(
     name="baseline-bcsr",
     description="plain Numba BCSR SpMM on CUDA cores (64x64 blocks, fp16 in, fp32 out)",
     build=lambda: (bcsr_kernel(64, 64, "f16", "f32").py_func, _signature("f16", "f32", 3), {}),
     expected_sass=("FFMA",),
+    formats=("bcsr",), variant="baseline", prepare=prepare, fallback=True,
 ))
 register(KernelSpec(
     name="baseline-wcsr",
     description="plain Numba WCSR SpMM on CUDA cores (64-row windows, 16-column tiles, fp16 in, fp32 out)",
     build=lambda: (wcsr_kernel(64, 16, "f16", "f32").py_func, _signature("f16", "f32", 2), {}),
     expected_sass=("FFMA",),
+    formats=("wcsr",), variant="baseline", prepare=prepare, fallback=True,
 ))

@@ -2,7 +2,7 @@
 
 C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 32, 64 or 128), B dense K × N row-major,
 fp16 or bf16 inputs, fp32 accumulation, C fp32 or the input dtype. The kernel body is
-`nbspmm.kernels.tc_pipeline` (read its docstring for the stage layout and the work decomposition);
+`nbspmm.kernels.pipeline` (read its docstring for the stage layout and the work decomposition);
 this module says only what BCSR adds — a block's B rows are the BK consecutive rows starting at its
 block column · BK — and names the rungs:
 
@@ -37,7 +37,7 @@ import numpy as np
 import formats
 from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
+from nbspmm.kernels.pipeline import BLOCK_M, PipelineConfig, build_kernel_function, fit_stages, kernel_signature
 
 LADDER = {
     "v0": PipelineConfig("v0", loader="sync", stages=1, specialized=False, persistent=False),
@@ -124,6 +124,7 @@ def _spec(variant: str):
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
                       + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
+        formats=("bcsr",), variant=variant, prepare=prepare, default=variant == DEFAULT_VARIANT,
     )
 
 

@@ -7,7 +7,7 @@ tens):
 
   1. pad      B's rows copied into a buffer whose row pitch TMA can address (N not a multiple of 8);
   2. zero     C's rows of split units zeroed (combine "atomic": their items add into them);
-  3. main     the pipeline kernel (``tc_pipeline``);
+  3. main     the pipeline kernel (``nbspmm.kernels.pipeline``);
   4. reduce   the split units' partial tiles summed in plan order into C (combine "two_pass").
 
 ``launch(B, C)`` keeps the bound products of recently used buffers (keyed by pointer, shape, strides
@@ -25,9 +25,10 @@ from numba import cuda, float32, from_dtype, types
 
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, make_storer
-from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
-                                        TIMELINE_EVENT_CAP, TIMELINE_EVENTS, TMA_STRIDE_ALIGN, PipelineConfig,
-                                        compiled_kernel, padded_columns, sm_count, tile_shape_for)
+from nbspmm.kernels.pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_FIELDS, SWIZZLE_NAME_OF_SPAN,
+                                     TIMELINE_EVENT_CAP, TIMELINE_EVENTS, TMA_STRIDE_ALIGN, PipelineConfig,
+                                     compiled_kernel, padded_columns, sm_count, tile_shape_for)
+from nbspmm.kernels.pipeline.args import ARG_INDEX
 from ptx_snippets import store_box_columns
 from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch
 
@@ -36,9 +37,11 @@ HELPER_THREADS = 256            # threads per block of the element-wise helper k
 # for a benchmark's rotation of input buffers: a miss encodes a map and copies its 128 bytes to the
 # device synchronously, which stalls the stream (measured: ~400 µs per call when 8 entries thrashed).
 BOUND_CACHE_SIZE = 256
-# Kernel arguments by position (tc_pipeline.kernel_signature): the ones a bound product sets per call.
+# Kernel arguments by position, from the one argument table (pipeline.args).
 ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP, ARG_A_WORDS, ARG_B_WORDS, \
-    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP = range(15)
+    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP = (
+        ARG_INDEX[name] for name in ("rows", "begins", "ends", "shared", "col_index", "a_map", "b_map", "a_words",
+                                     "b_words", "C", "n_tiles_n", "stamps", "partials", "partial_slot", "c_map"))
 
 
 @dataclass(frozen=True)
@@ -158,19 +161,38 @@ def tma_can_store(C) -> bool:
     return aligned and C.strides[1] == C.dtype.itemsize
 
 
+class BoundCache:
+    """The bound products of one prepared operand, one per (B, C) buffer pair, least recently used dropped
+    first. Every prepared product (PreparedPipeline, the CSR row kernel's) owns one as ``bound_cache``,
+    built on its own ``bind(B, C)``: the protocol is ``bind`` + ``bound_cache``, nobody reaches into
+    another object's dictionary."""
+
+    def __init__(self, bind, size: int = BOUND_CACHE_SIZE):
+        self._bind = bind
+        self._size = size
+        self._entries: OrderedDict = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, B, C):
+        """The bound product for (B, C), keyed by pointer, shape, strides and dtype (bound on a miss)."""
+        B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
+        C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
+        key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
+        bound = self._entries.get(key)
+        if bound is None:
+            if len(self._entries) >= self._size:
+                self._entries.popitem(last=False)          # least recently used first
+            bound = self._entries[key] = self._bind(B, C)
+        else:
+            self._entries.move_to_end(key)
+        return bound
+
+
 def launch_cached(prepared, B, C) -> None:
-    """Enqueue ``prepared``'s product for (B, C) through its cache of bound products
-    (``prepared._bound``, an OrderedDict; ``prepared.bind(B, C)`` on a miss), least recently used dropped."""
-    B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
-    C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
-    key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
-    bound = prepared._bound.get(key)
-    if bound is None:
-        if len(prepared._bound) >= BOUND_CACHE_SIZE:
-            prepared._bound.popitem(last=False)          # least recently used first
-        bound = prepared._bound[key] = prepared.bind(B, C)
-    else:
-        prepared._bound.move_to_end(key)
+    """Enqueue ``prepared``'s product for (B, C) through its ``bound_cache`` (see BoundCache)."""
+    bound = prepared.bound_cache.get(B, C)
     bound()
 
 
@@ -256,7 +278,7 @@ class PreparedPipeline:
                                   swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
         self.n_ctas_persistent = sm_count()
         self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
-        self._bound: OrderedDict = OrderedDict()
+        self.bound_cache = BoundCache(self.bind)
         self._pad_buffers: dict = {}
         self._partials: dict = {}
 

@@ -46,9 +46,9 @@ from numba import cuda, float32, uint16, uint64
 
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, host_view, make_loader, make_storer, make_widener
+from nbspmm.kernels.pipeline.config import WARP
 from nbspmm.kernels.registry import KernelSpec, register
 
-WARP = 32
 QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
 SLICE_COLS = WARP * QUAD          # 128 columns of C per warp (N > 64): one 256-byte B row per warp load
 WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read as rows of uint64 words
@@ -269,9 +269,9 @@ class PreparedRows:
     words: bool = True            # False: read B element by element even where 8-byte words would do
 
     def __post_init__(self):
-        from collections import OrderedDict
+        from nbspmm.kernels.prepared import BoundCache
 
-        self._bound = OrderedDict()
+        self.bound_cache = BoundCache(self.bind)
 
     def bind(self, B, C):
         from nbspmm.kernels.prepared import BoundProduct
@@ -341,4 +341,5 @@ register(KernelSpec(
                 "read as 8-byte words, groups of 4 nonzeros with their loads in flight; fp16 in, fp32 out",
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.64", "FFMA"),
+    formats=("csr",), variant="rows", prepare=prepare, default=True,
 ))

@@ -20,6 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, int32, types, uint32
 
+from nbspmm.kernels.pipeline.config import CHUNK_ELEMS, MBARRIER_BYTES, WARP, WARPGROUP
 from nbspmm.kernels.registry import KernelSpec, register
 from ptx_snippets import (SWIZZLE_128B, clock64, encode_tiled, global_addr, global_timer, make_fragment_store,
                           make_smem_descriptor, make_wgmma, make_zero_accumulator, mbarrier_arrive,
@@ -28,9 +29,6 @@ from ptx_snippets import (SWIZZLE_128B, clock64, encode_tiled, global_addr, glob
                           shared_addr_at, sm_id, tensormap_acquire_fence, tensormap_prefetch, tma_load_2d,
                           wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 
-WARP = 32
-WARPGROUP = 128
-MBARRIER_BYTES = 8                       # one mbarrier = one 64-bit word of shared memory
 SMEM_ALIGN_SW128 = 1024                  # 128-byte swizzle repeats every 8 rows × 128 B
 
 
@@ -191,7 +189,7 @@ def run_tma_copy_2d(matrix: np.ndarray, box=(64, 32), dynamic_smem: int | None =
 
 TILE_M = 64
 TILE_K = 64
-CHUNK_ELEMS = 64                         # 64 bf16 = 128 bytes: one swizzled row, the widest TMA box row
+# CHUNK_ELEMS (config): 64 bf16 = 128 bytes, one swizzled row, the widest TMA box row
 
 
 def build_tma_wgmma_tile(b_major: str = "K", n: int = 64):

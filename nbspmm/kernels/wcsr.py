@@ -2,7 +2,7 @@
 
 C = A @ B for A a `formats.WCSR` with 64-row windows and tiles of KT ∈ {16, 32, 64} condensed columns,
 B dense K × N row-major (fp16 / bf16), fp32 accumulation, C fp32 or the input dtype. The kernel body is
-`nbspmm.kernels.tc_pipeline`, configured with ``gather_b=True``: a k-block is one condensed tile (a
+`nbspmm.kernels.pipeline`, configured with ``gather_b=True``: a k-block is one condensed tile (a
 64 × KT TMA box, K-major, swizzled by its row width), and its B operand is the KT rows of B named by
 the tile's condensed columns, each brought by its own 1-row TMA box per 64-column chunk straight into
 the 128-byte-swizzled MN-major layout wgmma reads (TMA swizzles by shared-memory address). Padding
@@ -35,8 +35,8 @@ import numpy as np
 import formats
 from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
-from nbspmm.kernels.tc_pipeline import (BLOCK_M, SWAPPED_UNIT_ROWS, PipelineConfig, build_kernel_function, fit_stages,
-                                        kernel_signature)
+from nbspmm.kernels.pipeline import (BLOCK_M, SWAPPED_UNIT_ROWS, PipelineConfig, build_kernel_function, fit_stages,
+                                     kernel_signature)
 
 VARIANTS = {
     "ws": PipelineConfig("wcsr-ws", loader="tma", stages=8, specialized=True, persistent=True, block_k=16,
@@ -114,4 +114,5 @@ for _name, _cfg in VARIANTS.items():
                                  {"launch_bounds": (cfg.threads, 1)})),
         expected_sass=("HGMMA", "UTMALDG", "SYNCS") + (("UTMASTG",) if _cfg.epilogue == "tma" else ())
                       + (("LDGSTS", "ARRIVES") if _cfg.gather == "cp_async" else ()),
+        formats=("wcsr",), variant=_name, prepare=prepare, default=_name == next(iter(VARIANTS)),
     ))

@@ -128,7 +128,7 @@ def package_advance(stages: int) -> Callable[[int, int], tuple[int, int]]:
     """The kernels' own ``advance(stage, phase)`` (``nbspmm.kernels.pipeline.make_ring``) as plain Python."""
     from nbspmm.kernels.pipeline import make_ring
 
-    advance = make_ring(stages, 1, 1)[1]
+    advance = make_ring(stages, 1, 1).advance
     return advance.py_func
 
 

@@ -15,7 +15,7 @@ from numba import cuda, int32, types, uint32, uint64
 import ptx_snippets as ps
 
 TIMEOUT_NS = 2_000_000_000            # 2 s: any wait longer than this is a bug
-WARPGROUP = 128
+from ptx_snippets.special_registers import WARPGROUP_SIZE as WARPGROUP  # noqa: E402
 K_TILE = 64                           # K of the wgmma cases: four k16 steps
 
 

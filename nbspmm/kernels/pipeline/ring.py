@@ -23,12 +23,32 @@ configuration.
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 from numba import cuda, uint32
 
+from nbspmm.kernels.pipeline.config import MBARRIER_BYTES
 from ptx_snippets import (mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_init_fence,
                           mbarrier_wait)
 
-MBARRIER_BYTES = 8  # an mbarrier object is one 64-bit word in shared memory
+
+class Ring(NamedTuple):
+    """The device functions of one ring (see make_ring); a kernel builder takes the ones it calls by name."""
+    init: Callable
+    advance: Callable
+    advance_by: Callable
+    producer_acquire: Callable
+    producer_arm: Callable
+    consumer_wait: Callable
+    consumer_release: Callable
+    full_barrier: Callable
+
+
+class Turns(NamedTuple):
+    """The device functions of the ping-pong turns (see make_turns)."""
+    init: Callable
+    wait_turn: Callable
+    pass_turn: Callable
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -44,8 +64,8 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int, producer_
     (the cp.async gather: each producer thread's ``cp.async.mbarrier.arrive.noinc`` lands once its own
     copies have; they are not counted in `stage_bytes`, which is then the TMA bytes alone).
 
-    Returns (init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release,
-    full_barrier).
+    Returns a :class:`Ring` (init, advance, advance_by, producer_acquire, producer_arm, consumer_wait,
+    consumer_release, full_barrier).
     `bars` is the 32-bit shared address of 2 * n_stages mbarriers: full[0..S) then empty[0..S).
     """
     if n_stages < 1:
@@ -108,7 +128,7 @@ def make_ring(n_stages: int, stage_bytes: int, consumer_arrivals: int, producer_
     def consumer_release(bars, stage):
         mbarrier_arrive(empty_barrier(bars, stage))
 
-    return init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier
+    return Ring(init, advance, advance_by, producer_acquire, producer_arm, consumer_wait, consumer_release, full_barrier)
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -136,7 +156,7 @@ def make_turns(n_takers: int, arrivals: int):
     j = c · n + g) waits for the signal of item j - 1: phase c of turn[g] for g ≥ 1, phase c - 1 for
     g = 0 (whose first item waits for nobody).
 
-    Returns (init, wait_turn, pass_turn); `turns` is the 32-bit shared address of n_takers mbarriers.
+    Returns :class:`Turns` (init, wait_turn, pass_turn); `turns` is the 32-bit shared address of n_takers mbarriers.
     ``init`` issues no fence: call it before the ring's init, whose fence covers every prior init.
     """
     N = n_takers
@@ -159,4 +179,4 @@ def make_turns(n_takers: int, arrivals: int):
         """One arrival (per warp) once this warp has waited for every stage of its item."""
         mbarrier_arrive(barrier_at(turns, (g + 1) % N))
 
-    return init, wait_turn, pass_turn
+    return Turns(init, wait_turn, pass_turn)

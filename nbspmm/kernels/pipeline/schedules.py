@@ -1,0 +1,110 @@
+"""Work items and how the consumer warpgroups share them.
+
+``make_item_coords(cfg)``: work item -> (plan entry, column tile), rasterized in groups of N_GROUP column
+tiles (consecutive CTAs take the tiles of one unit, whose A tiles then hit L2).
+
+Schedules (warp-specialized skeleton):
+  cooperative  every consumer warpgroup works on every item, each on its own WG_N columns;
+  pingpong     warpgroups take alternate items, each the whole WG_N-wide tile, and take turns
+               (ring.make_turns) so that every parity wait names the right phase.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from nbspmm.kernels.pipeline.config import PipelineConfig
+from nbspmm.kernels.pipeline.inlining import device, role
+from nbspmm.kernels.pipeline.ring import make_turns
+
+
+def make_item_coords(cfg: PipelineConfig):
+    N_GROUP = cfg.n_group
+
+    @device
+    def item_coords(item, n_plan, n_tiles_n):
+        """Work item -> (plan entry, column tile), rasterized in groups of N_GROUP column tiles."""
+        group = item // (n_plan * N_GROUP)
+        first_tile = group * N_GROUP
+        group_size = min(N_GROUP, n_tiles_n - first_tile)
+        rest = item - group * n_plan * N_GROUP
+        return rest // group_size, first_tile + rest % group_size
+
+    return item_coords
+
+
+class Schedule(NamedTuple):
+    n_barriers: int        # mbarriers it needs after the ring's
+    init: Callable         # (turns): thread 0, before the ring's init (whose fence covers these)
+    claim: Callable        # (g, turn) -> (mine, own, turn): whether this CTA's item `turn` is warpgroup g's
+    skip: Callable         # (stage, phase, n_blocks) -> the ring position past another warpgroup's item
+    wait: Callable         # (turns, g, own): before warpgroup g's own-th item
+    finish_item: Callable  # (turns, g, lane): every stage of the item waited for
+    columns: Callable      # (n0, g) -> the item's first column of C for warpgroup g
+
+
+def make_cooperative(cfg: PipelineConfig) -> Schedule:
+    WG_N = cfg.wg_n
+
+    @role
+    def no_turns(turns):
+        pass
+
+    @role
+    def claim(g, turn):
+        return True, 0, turn
+
+    @role
+    def skip(stage, phase, n_blocks):
+        return stage, phase
+
+    @role
+    def wait(turns, g, own):
+        pass
+
+    @role
+    def finish_item(turns, g, lane):
+        pass
+
+    @role
+    def columns(n0, g):
+        return n0 + g * WG_N
+
+    return Schedule(0, no_turns, claim, skip, wait, finish_item, columns)
+
+
+def make_pingpong(cfg: PipelineConfig, ring) -> Schedule:
+    turns = make_turns(cfg.consumer_wgs, cfg.release_arrivals)
+    wait_turn, pass_turn, advance_by = turns.wait_turn, turns.pass_turn, ring.advance_by
+    CONSUMER_WGS = cfg.consumer_wgs
+
+    @role
+    def claim(g, turn):
+        """Item number `turn` of this CTA is warpgroup turn % wgs's."""
+        mine = turn % CONSUMER_WGS == g
+        own = turn // CONSUMER_WGS          # this warpgroup's own items before this one
+        return mine, own, turn + 1
+
+    @role
+    def skip(stage, phase, n_blocks):
+        """The producer fills the ring item after item: step over the other warpgroup's k-blocks to this
+        warpgroup's next stage."""
+        return advance_by(stage, phase, n_blocks)
+
+    @role
+    def wait(turns, g, own):
+        wait_turn(turns, g, own)            # see make_turns: keeps parity waits unambiguous
+
+    @role
+    def finish_item(turns, g, lane):
+        if lane == 0:
+            pass_turn(turns, g)             # every stage of this item waited for
+
+    @role
+    def columns(n0, g):
+        return n0
+
+    return Schedule(cfg.consumer_wgs, turns.init, claim, skip, wait, finish_item, columns)
+
+
+def make_schedule(cfg: PipelineConfig, ring) -> Schedule:
+    return make_pingpong(cfg, ring) if cfg.pingpong else make_cooperative(cfg)
