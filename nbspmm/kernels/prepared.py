@@ -29,7 +29,7 @@ from nbspmm.kernels.tc_pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STA
                                         TIMELINE_EVENT_CAP, TIMELINE_EVENTS, TMA_STRIDE_ALIGN, PipelineConfig,
                                         compiled_kernel, padded_columns, sm_count, tile_shape_for)
 from ptx_snippets import store_box_columns
-from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch
+from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch, is_capturing
 
 HELPER_THREADS = 256            # threads per block of the element-wise helper kernels
 # Bound products (and B tensor maps) kept per operator, least recently used dropped first. Large enough
@@ -158,9 +158,10 @@ def tma_can_store(C) -> bool:
     return aligned and C.strides[1] == C.dtype.itemsize
 
 
-def launch_cached(prepared, B, C) -> None:
-    """Enqueue ``prepared``'s product for (B, C) through its cache of bound products
-    (``prepared._bound``, an OrderedDict; ``prepared.bind(B, C)`` on a miss), least recently used dropped."""
+def launch_cached(prepared, B, C, stream=None) -> None:
+    """Enqueue ``prepared``'s product for (B, C) on `stream` (a CUstream; None: the legacy default stream)
+    through its cache of bound products (``prepared._bound``, an OrderedDict; ``prepared.bind(B, C)`` on
+    a miss), least recently used dropped."""
     B = B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)
     C = C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)
     key = (B.ptr, B.shape, B.strides, C.ptr, C.shape, C.strides, C.dtype.str)
@@ -171,7 +172,7 @@ def launch_cached(prepared, B, C) -> None:
         bound = prepared._bound[key] = prepared.bind(B, C)
     else:
         prepared._bound.move_to_end(key)
-    bound()
+    bound(stream)
 
 
 class BoundProduct:
@@ -193,20 +194,22 @@ class BoundProduct:
     def n_kernels(self) -> int:
         return len(self._steps)
 
-    def __call__(self) -> None:
-        if self._graph is not None:
-            self._graph()
-        elif not self._launched or not self._steps:
+    def __call__(self, stream=None) -> None:
+        """Enqueue the product on `stream` (a CUstream, ``nbspmm.launch.cu_stream``; None: the legacy
+        default stream). A stream being captured into a CUDA graph (torch.cuda.graph) gets the kernels
+        one by one: the capture records each ``cuLaunchKernel`` as a node of the caller's graph."""
+        if not self._launched or not self._steps or (stream is not None and is_capturing(stream)):
             self._launched = True
-            self.launch_each()
-        else:
+            self.launch_each(stream)
+            return
+        if self._graph is None:
             self._graph = LaunchGraph(self._steps)
-            self._graph()
+        self._graph(stream)
 
-    def launch_each(self) -> None:
-        """One ``cuLaunchKernel`` per kernel, in order, on the default stream."""
+    def launch_each(self, stream=None) -> None:
+        """One ``cuLaunchKernel`` per kernel, in order, on `stream` (None: the legacy default stream)."""
         for launch, grid in self._steps:
-            launch(grid)
+            launch(grid, stream)
 
 
 class PreparedPipeline:
@@ -358,13 +361,14 @@ class PreparedPipeline:
             self._partials_placeholder = cuda.device_array((1, 1), dtype=np.float32)
         return self._partials_placeholder
 
-    def launch(self, B, C, stamps=None) -> None:
-        """Enqueue C = A @ B, through the bound product of this (B, C) pair (bound on first use).
-        `stamps`: the timeline buffer of an instrumented configuration (bound afresh, not cached)."""
+    def launch(self, B, C, stamps=None, stream=None) -> None:
+        """Enqueue C = A @ B on `stream` (a CUstream; None: the legacy default stream), through the bound
+        product of this (B, C) pair (bound on first use). `stamps`: the timeline buffer of an
+        instrumented configuration (bound afresh, not cached)."""
         if stamps is not None:
-            self.bind(B, C, stamps)()
+            self.bind(B, C, stamps)(stream)
             return
-        launch_cached(self, B, C)
+        launch_cached(self, B, C, stream)
 
 
 ROLE_NAMES = ("producer", "consumer0", "consumer1")
