@@ -44,3 +44,17 @@ def test_cli_prefill_runs_alone_and_needs_a_gpu(capsys):
     assert "runs alone" in capsys.readouterr().err
     assert main(["bench", "--suite", "prefill", "--model-layers", "2", "--dry-run"]) == 0
     assert "2 layers" in capsys.readouterr().out
+
+
+def test_recorded_result_is_checked_or_absent(tmp_path):
+    import json
+
+    assert prefill.recorded_result(tmp_path) is None
+    record = {"schema": prefill.SCHEMA, "environment": {"date": "2026-12-04", "gpu": "NVIDIA H200"},
+              "settings": {"layers": 2}, "rows": rows()}
+    (tmp_path / prefill.RESULT_FILE).write_text(json.dumps(record))
+    assert prefill.recorded_result(tmp_path).data["rows"][0]["config"] == "dense"
+    del record["rows"][0]["parts_ms"]["rest"]
+    (tmp_path / prefill.RESULT_FILE).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="parts_ms"):
+        prefill.recorded_result(tmp_path)

@@ -31,6 +31,9 @@ LINEAR_BLOCK = (64, 64)
 ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
 COMPONENTS = ("attention", "linear", "rest")
+SCHEMA = "nbspmm-prefill/1"
+RESULT_FILE = "prefill.json"            # the recorded run, in nbspmm/bench/results/ (read by notebook 09)
+ROW_FIELDS = ("config", "tokens", "e2e_ms", "parts_ms")
 
 
 def amdahl_bound(dense_parts: dict, parts: dict, config: str) -> float:
@@ -52,6 +55,33 @@ def summarize(rows: list[dict]) -> list[dict]:
         row["amdahl_bound"] = amdahl_bound(base["parts_ms"], row["parts_ms"], row["config"])
         row["of_bound"] = row["speedup"] / row["amdahl_bound"]
     return rows
+
+
+def check_record(data: dict) -> None:
+    """Raise ValueError unless `data` is a prefill result: schema, environment, rows with their fields."""
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"expected schema {SCHEMA!r}, got {data.get('schema')!r}")
+    env = data.get("environment")
+    if not isinstance(env, dict) or not env.get("date") or not env.get("gpu"):
+        raise ValueError("a recorded prefill needs an 'environment' with 'date' and 'gpu'")
+    for i, row in enumerate(data.get("rows") or []):
+        missing = [f for f in ROW_FIELDS if f not in row]
+        if missing or set(row["parts_ms"]) != set(COMPONENTS):
+            raise ValueError(f"row {i}: needs {ROW_FIELDS} with parts_ms over {COMPONENTS}")
+    if not data.get("rows"):
+        raise ValueError("no rows")
+
+
+def recorded_result(directory=None):
+    """The recorded prefill run (``RESULT_FILE`` in the recorded results folder), checked, or None."""
+    from nbspmm.teach import recorded
+
+    path = (recorded.RESULTS_DIR if directory is None else Path(directory)) / RESULT_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    check_record(data)
+    return recorded.Recorded("prefill", path, data)
 
 
 def table(result: dict) -> str:
@@ -165,7 +195,7 @@ def run(args) -> int:
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,
                 "linear_sparsity": LINEAR_SPARSITY, "linear_block": LINEAR_BLOCK, "attention_keep": ATTENTION_KEEP,
                 "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed}
-    result = {"environment": environment.capture(), "settings": settings, "rows": []}
+    result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
         rng = np.random.default_rng(args.seed)
         table = masks.causal_block_table(-(-t // masks.ATTENTION_BLOCK), ATTENTION_KEEP, rng)
