@@ -114,10 +114,12 @@ class BlockSparseLinear(nn.Module):
                                                     self.out_features)
 
     def _forward_reference(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.float() @ self.to_dense().float().T
+        """The CUDA path's math and memory layout in float32: (W @ xᵀ)ᵀ, a transposed view."""
+        tokens = x.reshape(-1, self.in_features).float()
+        y = (self.to_dense().float() @ tokens.T).T
         if self.bias is not None:
             y = y + self.bias.float()
-        return y.to(x.dtype)
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def _forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.blocks.dtype:

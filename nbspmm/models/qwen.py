@@ -108,10 +108,11 @@ class DecoderLayer(nn.Module):
             h = self.input_norm(x)
         with timer("linear"):
             q, k, v = p["q"](h), p["k"](h), p["v"](h)
-        with timer("rest"):                              # (tokens, heads · d) -> (1, heads, tokens, d)
-            q = apply_rope(q.view(tokens, c.heads, c.head_dim).transpose(0, 1), cos, sin)[None]
-            k = apply_rope(k.view(tokens, c.kv_heads, c.head_dim).transpose(0, 1), cos, sin)[None]
-            v = v.view(tokens, c.kv_heads, c.head_dim).transpose(0, 1)[None]
+        with timer("rest"):      # (tokens, heads · d) -> (1, heads, tokens, d); reshape: a sparse
+            # layer's output may be a transposed view ((W @ xᵀ)ᵀ), which view() cannot split
+            q = apply_rope(q.reshape(tokens, c.heads, c.head_dim).transpose(0, 1), cos, sin)[None]
+            k = apply_rope(k.reshape(tokens, c.kv_heads, c.head_dim).transpose(0, 1), cos, sin)[None]
+            v = v.reshape(tokens, c.kv_heads, c.head_dim).transpose(0, 1)[None]
         with timer("attention"):
             a = self.attend(q, k, v, block_mask)
         with timer("rest"):
