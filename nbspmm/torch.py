@@ -45,7 +45,18 @@ def block_sparse_linear(x: torch.Tensor, blocks: torch.Tensor, bias: Optional[to
 
 @block_sparse_linear.register_fake
 def _(x, blocks, bias, layer_id, out_features):
-    return x.new_empty((*x.shape[:-1], out_features))
+    tokens = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return finish_output(x.new_empty((out_features, tokens)), bias, x.shape)
+
+
+def finish_output(product: torch.Tensor, bias, x_shape) -> torch.Tensor:
+    """y from W @ xᵀ (out × tokens, contiguous): its transpose plus the bias, with x's leading dims.
+    The CUDA path, the CPU reference and the fake all end here, so y's strides (a transposed layout)
+    are the same in all three — torch.compile relies on the fake's strides matching the real ones."""
+    y = product.T
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x_shape[:-1], product.shape[0])
 
 
 class BlockSparseLinear(nn.Module):
@@ -114,12 +125,10 @@ class BlockSparseLinear(nn.Module):
                                                     self.out_features)
 
     def _forward_reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The CUDA path's math and memory layout in float32: (W @ xᵀ)ᵀ, a transposed view."""
+        """The CUDA path on the CPU: W @ xᵀ in float32, rounded to x's dtype, then ``finish_output``."""
         tokens = x.reshape(-1, self.in_features).float()
-        y = (self.to_dense().float() @ tokens.T).T
-        if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        product = (self.to_dense().float() @ tokens.T).to(x.dtype).contiguous()
+        return finish_output(product, self.bias, x.shape)
 
     def _forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.blocks.dtype:
@@ -127,10 +136,7 @@ class BlockSparseLinear(nn.Module):
         tokens = x.reshape(-1, self.in_features)
         columns = tokens.T.contiguous()                       # B = xᵀ: in_features × tokens, row-major
         product = self.operator() @ columns                   # W @ xᵀ, out_features × tokens
-        y = product.T                                         # (W @ xᵀ)ᵀ as a view: tokens × out_features
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return finish_output(product, self.bias, x.shape)     # (W @ xᵀ)ᵀ: a transposed view, + bias
 
     def operator(self):
         """The GPU operator, built from the buffers on first use."""

@@ -118,3 +118,7 @@ def test_custom_op_fake_shapes_and_compiled_graph_keeps_the_op():
     assert any(target.startswith("nbspmm.block_sparse_linear") for target in targets), targets
     torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
                           (x, layer.blocks, layer.bias, layer.layer_id, 192))
+    no_bias = BlockSparseLinear.from_dense(masked_linear().weight, 0.5, dtype=torch.bfloat16)
+    x3 = torch.randn(2, 3, 136, dtype=torch.bfloat16)         # leading dims; the fake's strides = the real ones
+    torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
+                          (x3, no_bias.blocks, None, no_bias.layer_id, 192))
