@@ -24,11 +24,11 @@ import numpy as np
 import scipy.sparse as sp
 
 import formats
-from nbspmm import interop
 from nbspmm.device import require_hopper
 from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
+from nbspmm import interop     # the caller's framework and stream (imports no torch)
 
 # format -> kernel name -> prepare function. `prepare(fmt, in_kind, out_kind, variant=name, **options)`
 # returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). The
