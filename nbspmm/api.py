@@ -5,12 +5,11 @@
     C = spmm(A, B)                   # one-shot: builds the operator, multiplies once
 
 The operator holds the device copy of A (and, for the TMA kernels, its tensor maps and work plan), so
-repeated products pay no conversion. Without ``out``, C is a new numba device array of shape (M, N);
-torch and cupy wrap it without copying (``torch.as_tensor(C, device="cuda")``, ``cupy.asarray(C)``).
+repeated products pay no conversion. ``op @ B`` is ``op(B)``. Without ``out``, C is a new (M, N) array
+in B's framework (``nbspmm.interop``): a torch tensor for torch B (bf16 as ``torch.bfloat16``), a cupy
+array for cupy B, else a numba device array (numba has no bfloat16: bf16 C comes out as uint16 bits).
 With ``out`` (any device array of the output dtype: numba, cupy, torch), C is written there and ``out``
-itself is returned. bf16 arrays travel as uint16 bit patterns (numba has no bfloat16 type): a bf16 C
-from the operator is a uint16 array, ``torch.as_tensor(C, device="cuda").view(torch.bfloat16)`` gives
-the values; torch bf16 tensors are accepted as B and out directly.
+itself is returned. The kernels run on B's framework's current stream, or on ``stream=``.
 
 Host cost. The first product with a given pair of (B, out) buffers packs the kernels' arguments and
 encodes B's tensor map (``nbspmm.launch``); a repeated ``op(B, out=C)`` on the same buffers then costs
@@ -29,6 +28,7 @@ from nbspmm.device import require_hopper
 from nbspmm.kernels import registry   # the kernel modules it loads compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
+from nbspmm import interop     # the caller's framework and stream (imports no torch)
 
 # format -> kernel name -> prepare function. `prepare(fmt, in_kind, out_kind, variant=name, **options)`
 # returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). Derived
@@ -119,23 +119,29 @@ class SpMMOperator:
         return (f"SpMMOperator({M}x{K}, format={self.format_name}, kernel={self.kernel}, "
                 f"dtype={self.dtype.name}, out_dtype={self.out_dtype.name})")
 
-    def __call__(self, B, out=None):
-        return self.matmul(B, out=out)
+    def __call__(self, B, out=None, *, stream=None):
+        return self.matmul(B, out=out, stream=stream)
 
-    def matmul(self, B, out=None):
-        """C = A @ B. Returns ``out`` when given (written in place), else a new numba device array."""
+    def __matmul__(self, B):
+        return self.matmul(B)
+
+    def matmul(self, B, out=None, *, stream=None):
+        """C = A @ B. Returns ``out`` when given (written in place), else a new C in B's framework
+        (``nbspmm.interop``). Runs on `stream` if given, else on B's framework's current stream; nothing
+        waits for the GPU (the first product on a new (B, out) pair encodes B's tensor map, a short
+        synchronous copy: make that call once before ``torch.cuda.graph`` captures ``op(B, out=C)``)."""
         B_dev, (C_dev, result) = self._operands(B, out)
-        self._prepared.launch(B_dev, C_dev)
+        self._prepared.launch(B_dev, C_dev, stream=interop.launch_stream(B, stream))
         return result
 
-    def bind(self, B, out):
+    def bind(self, B, out, *, stream=None):
         """The product ``out = A @ B`` for these two device buffers, packed once: calling the returned
-        object enqueues it again (a few µs of Python: no argument checks, no cache lookup). It reads B
-        and writes out wherever they are at call time — keep both buffers alive while you use it."""
+        ``interop.HeldProduct`` enqueues it again (a few µs of Python: no argument checks, no cache
+        lookup) and returns out. It holds B and out, so the buffers it points into stay alive."""
         if isinstance(B, np.ndarray):
             raise TypeError("bind takes device arrays (B is re-read at every call); got a numpy array for B")
         B_dev, (C_dev, _) = self._operands(B, out)
-        return self._prepared.bind(B_dev, C_dev)
+        return interop.HeldProduct(self._prepared.bind(B_dev, C_dev), B, out, stream)
 
     def _operands(self, B, out):
         """Checked DeviceMatrix views of B and C, and the object to return as C."""
@@ -143,9 +149,7 @@ class SpMMOperator:
         B_dev = as_device_matrix(B, self.in_kind, rows=K, name="B")
         N = B_dev.shape[1]
         if out is None:
-            from numba import cuda
-
-            result = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
+            result = interop.new_output(B, (M, N), self.out_kind)
             return B_dev, (DeviceMatrix.of(result), result)
         C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
         if C_dev.shape != (M, N):

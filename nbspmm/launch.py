@@ -159,6 +159,7 @@ class PackedLaunch:
         launch = PackedLaunch(dispatcher, block=384, shared_bytes=smem)
         launch.set(0, rows_device_array); launch.set(10, np.int32(4)); ...
         launch(grid)                    # enqueue on `stream` (default: the legacy default stream, 0)
+        launch(grid, stream_handle)     # or on another stream (a CUstream, see ``cu_stream``)
 
     `dispatcher` must hold exactly one compiled signature (jit it with an explicit signature). Every
     argument must be set once before the first launch; after that only what changes.
@@ -223,14 +224,15 @@ class PackedLaunch:
             self._is_set[index] = True
             self._ready = all(self._is_set)
 
-    def __call__(self, grid: int) -> None:
+    def __call__(self, grid: int, stream=None) -> None:
         if not self._ready:
             missing = [i for i, done in enumerate(self._is_set) if not done]
             raise RuntimeError(f"PackedLaunch: arguments {missing} were never set")
         if grid <= 0:
             return
         (err,) = self._driver.cuLaunchKernel(self._func, grid, 1, 1, self.block, 1, 1, self.shared_bytes,
-                                             self.stream, self._params_address, 0)
+                                             self.stream if stream is None else stream,
+                                             self._params_address, 0)
         if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {self.block}, "
                                f"{self.shared_bytes} B of shared memory)")
@@ -272,8 +274,8 @@ class LaunchGraph:
         if err != self._success:
             raise RuntimeError(f"{what} failed: {err.name}")
 
-    def __call__(self) -> None:
-        (err,) = self._driver.cuGraphLaunch(self._exec, self.stream)
+    def __call__(self, stream=None) -> None:
+        (err,) = self._driver.cuGraphLaunch(self._exec, self.stream if stream is None else stream)
         if err != self._success:
             raise RuntimeError(f"cuGraphLaunch failed: {err.name}")
 
@@ -285,3 +287,33 @@ class LaunchGraph:
                 self._driver.cuGraphDestroy(self._graph)
         except Exception:          # interpreter shutdown: the driver may already be gone
             pass
+
+
+# ---- streams ---------------------------------------------------------------------------------------
+_CU_STREAMS: dict = {}
+
+
+def cu_stream(handle: int):
+    """The driver's ``CUstream`` for a raw stream handle (0: the legacy default stream), made once per
+    handle: building one costs about a microsecond, and the caller's stream is looked up on every call."""
+    stream = _CU_STREAMS.get(handle)
+    if stream is None:
+        from cuda.bindings import driver
+
+        if len(_CU_STREAMS) > 1024:          # streams come and go; the handles of dead ones are just ints
+            _CU_STREAMS.clear()
+        stream = _CU_STREAMS[handle] = driver.CUstream(int(handle))
+    return stream
+
+
+def is_capturing(stream) -> bool:
+    """Whether `stream` (a CUstream) is being captured into a CUDA graph (``cuStreamIsCapturing``). The
+    legacy default stream never is (capturing it is illegal), so it is not asked."""
+    if int(stream) == 0:
+        return False
+    from cuda.bindings import driver
+
+    err, status = driver.cuStreamIsCapturing(stream)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuStreamIsCapturing failed: {err.name}")
+    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE

@@ -94,11 +94,11 @@ def test_bound_product_launches_once_then_replays_a_graph(monkeypatch):
             self.steps = list(steps)
             graphs.append(self)
 
-        def __call__(self):
+        def __call__(self, stream=None):
             calls.append(("graph", tuple(grid for _, grid in self.steps)))
 
     monkeypatch.setattr(prepared, "LaunchGraph", FakeGraph)
-    launch = lambda name: (lambda grid: calls.append((name, grid)))         # noqa: E731
+    launch = lambda name: (lambda grid, stream=None: calls.append((name, grid)))         # noqa: E731
     bound = prepared.BoundProduct([(launch("zero"), 4), (launch("empty"), 0), (launch("main"), 132)], ())
     assert bound.n_kernels == 2                                  # a zero-sized grid is no launch
     bound()
@@ -110,3 +110,30 @@ def test_bound_product_launches_once_then_replays_a_graph(monkeypatch):
     empty()
     empty()
     assert len(calls) == 4 and len(graphs) == 1                 # an empty product launches nothing
+
+
+def test_bound_product_runs_on_the_given_stream_and_launches_each_kernel_while_captured(monkeypatch):
+    """Every launch goes to the caller's stream; a stream being captured (torch.cuda.graph) gets the
+    kernels one by one — never the product's own graph — and replays go back to the graph."""
+    from nbspmm.kernels import prepared
+
+    calls, capturing = [], {"now": False}
+
+    class FakeGraph:
+        def __init__(self, steps):
+            pass
+
+        def __call__(self, stream=None):
+            calls.append(("graph", stream))
+
+    monkeypatch.setattr(prepared, "LaunchGraph", FakeGraph)
+    monkeypatch.setattr(prepared, "is_capturing", lambda stream: capturing["now"])
+    main = lambda grid, stream=None: calls.append(("main", stream))          # noqa: E731
+    bound = prepared.BoundProduct([(main, 8)], ())
+    bound("s1")
+    bound("s2")
+    capturing["now"] = True
+    bound("s3")
+    capturing["now"] = False
+    bound("s3")
+    assert calls == [("main", "s1"), ("graph", "s2"), ("main", "s3"), ("graph", "s3")]

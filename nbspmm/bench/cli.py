@@ -36,8 +36,15 @@ def _items(text: str, what: str) -> list[str]:
     return items
 
 
+PREFILL = "prefill"      # the end-to-end model benchmark (nbspmm.bench.prefill), not an SpMM suite
+
+
 def suite_list(text: str) -> list[str]:
     items = _items(text, "suites")
+    if PREFILL in items:
+        if len(items) > 1:
+            raise argparse.ArgumentTypeError("--suite prefill runs alone (it times a model, not SpMM cases)")
+        return [PREFILL]
     unknown = [s for s in items if s not in suites.SUITES]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown suite {', '.join(map(repr, unknown))}; "
@@ -134,7 +141,8 @@ def matrix_path(text: str) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", type=suite_list, default=["real"],
-                        help=f"suite or comma list: {', '.join(suites.SUITES)} (default real)")
+                        help=f"suite or comma list: {', '.join(suites.SUITES)} (default real); or {PREFILL}, "
+                             "the Qwen2.5-7B-shaped prefill, alone")
     parser.add_argument("--kernels", type=kernel_list, default=kernel_list(DEFAULT_KERNELS),
                         help="nbspmm kernels, FORMAT[:VARIANT] with FORMAT in "
                              f"{', '.join(cand.NBSPMM_FORMATS)} (e.g. bcsr,bcsr:v2,wcsr); 'none' for peers "
@@ -158,6 +166,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="llm suite: token counts, the N of W @ X^T (default 16384,32768,65536)")
     parser.add_argument("--layers", type=layer_list, default=None,
                         help=f"llm suite: layers (default all: {', '.join(suites.LLM_LAYERS)})")
+    parser.add_argument("--model-layers", type=int, default=None, metavar="N",
+                        help="prefill suite: decoder layers (default 28, Qwen2.5-7B)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")
@@ -232,6 +242,8 @@ def make_candidates(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.suite == [PREFILL]:
+        return _run_prefill(args)
     try:
         specs = case_specs(args)
     except (ValueError, FileNotFoundError) as exc:
@@ -296,3 +308,14 @@ def _run_on_gpu(args, specs, backend, gpu) -> int:
             print(f"wrote {path}")
     failed = [r for r in result["rows"] if r["kind"] == cand.NBSPMM and r["status"] in (cand.WRONG, cand.ERROR)]
     return 1 if failed else 0
+
+
+def _run_prefill(args: argparse.Namespace) -> int:
+    from nbspmm.bench import prefill
+
+    if not args.dry_run:
+        ok, why = device.hopper_status()
+        if not ok:
+            print(f"no Hopper GPU: {why}", file=sys.stderr)
+            return 2
+    return prefill.run(args)

@@ -16,14 +16,18 @@ class PreparedBaseline:
     n_row_units: int
     unit_rows: int
 
-    def launch(self, B, C):
-        """Enqueue C = A @ B (B, C: anything with ``__cuda_array_interface__``; numba wraps them per call —
-        the readable baseline keeps numba's ordinary launch)."""
+    def launch(self, B, C, stream=None):
+        """Enqueue C = A @ B on `stream` (a CUstream; None: the legacy default stream) (B, C: anything
+        with ``__cuda_array_interface__``; numba wraps them per call — the readable baseline keeps
+        numba's ordinary launch)."""
+        from numba import cuda
+
         grid, block = baseline.grid_for(self.n_row_units, self.unit_rows, C.shape[1])
-        self.kernel[grid, block](*self.arrays, B, C)
+        numba_stream = 0 if stream is None or int(stream) == 0 else cuda.external_stream(int(stream))
+        self.kernel[grid, block, numba_stream](*self.arrays, B, C)
 
     def bind(self, B, C):
-        return lambda: self.launch(B, C)
+        return lambda stream=None: self.launch(B, C, stream)
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "baseline") -> PreparedBaseline:

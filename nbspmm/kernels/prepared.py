@@ -30,7 +30,7 @@ from nbspmm.kernels.pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_
                                      compiled_kernel, padded_columns, sm_count, tile_shape_for)
 from nbspmm.kernels.pipeline.args import ARG_INDEX
 from ptx_snippets import store_box_columns
-from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch
+from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch, is_capturing
 
 HELPER_THREADS = 256            # threads per block of the element-wise helper kernels
 # Bound products (and B tensor maps) kept per operator, least recently used dropped first. Large enough
@@ -190,10 +190,10 @@ class BoundCache:
         return bound
 
 
-def launch_cached(prepared, B, C) -> None:
-    """Enqueue ``prepared``'s product for (B, C) through its ``bound_cache`` (see BoundCache)."""
-    bound = prepared.bound_cache.get(B, C)
-    bound()
+def launch_cached(prepared, B, C, stream=None) -> None:
+    """Enqueue ``prepared``'s product for (B, C) on `stream` (a CUstream; None: the legacy default stream)
+    through its ``bound_cache`` (see BoundCache)."""
+    prepared.bound_cache.get(B, C)(stream)
 
 
 class BoundProduct:
@@ -215,20 +215,22 @@ class BoundProduct:
     def n_kernels(self) -> int:
         return len(self._steps)
 
-    def __call__(self) -> None:
-        if self._graph is not None:
-            self._graph()
-        elif not self._launched or not self._steps:
+    def __call__(self, stream=None) -> None:
+        """Enqueue the product on `stream` (a CUstream, ``nbspmm.launch.cu_stream``; None: the legacy
+        default stream). A stream being captured into a CUDA graph (torch.cuda.graph) gets the kernels
+        one by one: the capture records each ``cuLaunchKernel`` as a node of the caller's graph."""
+        if not self._launched or not self._steps or (stream is not None and is_capturing(stream)):
             self._launched = True
-            self.launch_each()
-        else:
+            self.launch_each(stream)
+            return
+        if self._graph is None:
             self._graph = LaunchGraph(self._steps)
-            self._graph()
+        self._graph(stream)
 
-    def launch_each(self) -> None:
-        """One ``cuLaunchKernel`` per kernel, in order, on the default stream."""
+    def launch_each(self, stream=None) -> None:
+        """One ``cuLaunchKernel`` per kernel, in order, on `stream` (None: the legacy default stream)."""
         for launch, grid in self._steps:
-            launch(grid)
+            launch(grid, stream)
 
 
 class PreparedPipeline:
@@ -380,13 +382,14 @@ class PreparedPipeline:
             self._partials_placeholder = cuda.device_array((1, 1), dtype=np.float32)
         return self._partials_placeholder
 
-    def launch(self, B, C, stamps=None) -> None:
-        """Enqueue C = A @ B, through the bound product of this (B, C) pair (bound on first use).
-        `stamps`: the timeline buffer of an instrumented configuration (bound afresh, not cached)."""
+    def launch(self, B, C, stamps=None, stream=None) -> None:
+        """Enqueue C = A @ B on `stream` (a CUstream; None: the legacy default stream), through the bound
+        product of this (B, C) pair (bound on first use). `stamps`: the timeline buffer of an
+        instrumented configuration (bound afresh, not cached)."""
         if stamps is not None:
-            self.bind(B, C, stamps)()
+            self.bind(B, C, stamps)(stream)
             return
-        launch_cached(self, B, C)
+        launch_cached(self, B, C, stream)
 
 
 ROLE_NAMES = ("producer", "consumer0", "consumer1")

@@ -300,10 +300,10 @@ class PreparedRows:
         steps.append((launch, blocks))
         return BoundProduct(steps, ())
 
-    def launch(self, B, C):
+    def launch(self, B, C, stream=None):
         from nbspmm.kernels.prepared import launch_cached
 
-        launch_cached(self, B, C)
+        launch_cached(self, B, C, stream)     # stream: a CUstream, None = the legacy default stream
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",

@@ -1,0 +1,1 @@
+"""Models built from nbspmm's layers (need torch: ``pip install nbspmm[torch]``)."""

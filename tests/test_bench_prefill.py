@@ -1,0 +1,60 @@
+"""nbspmm.bench.prefill without a GPU: the speedup and Amdahl arithmetic, the table, the plot, the CLI."""
+import pytest
+
+from nbspmm.bench import prefill
+from nbspmm.cli import main
+
+
+def rows():
+    return [
+        {"config": "dense", "tokens": 1024, "e2e_ms": 100.0, "parts_ms": {"attention": 50.0, "linear": 40.0, "rest": 10.0}},
+        {"config": "sparse", "tokens": 1024, "e2e_ms": 70.0, "parts_ms": {"attention": 52.0, "linear": 8.0, "rest": 11.0}},
+        {"config": "combined", "tokens": 1024, "e2e_ms": 30.0, "parts_ms": {"attention": 5.0, "linear": 8.0, "rest": 12.0}},
+    ]
+
+
+def test_amdahl_bound_changes_only_the_configs_components():
+    summary = {r["config"]: r for r in prefill.summarize(rows())}
+    # sparse: dense attention (50) and rest (10) with its own linear (8): 100 / 68
+    assert summary["sparse"]["amdahl_bound"] == pytest.approx(100 / 68)
+    # combined: its attention (5) and linear (8), the dense rest (10): 100 / 23
+    assert summary["combined"]["amdahl_bound"] == pytest.approx(100 / 23)
+    assert summary["dense"]["amdahl_bound"] == pytest.approx(1.0) and summary["dense"]["speedup"] == 1.0
+    assert summary["combined"]["speedup"] == pytest.approx(100 / 30)
+    assert summary["combined"]["of_bound"] == pytest.approx((100 / 30) / (100 / 23))
+
+
+def test_rows_without_a_dense_baseline_get_no_speedup():
+    lone = prefill.summarize([rows()[1]])
+    assert "speedup" not in lone[0] and "amdahl_bound" not in lone[0]
+
+
+def test_table_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = {"settings": {"layers": 2}, "rows": prefill.summarize(rows())}
+    text = prefill.table(result)
+    assert "combined" in text and "3.33×" in text and "4.35×" in text
+    path = prefill.plot(result, tmp_path / "bars.png")
+    assert path.stat().st_size > 0
+
+
+def test_cli_prefill_runs_alone_and_needs_a_gpu(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "prefill,llm"])
+    assert "runs alone" in capsys.readouterr().err
+    assert main(["bench", "--suite", "prefill", "--model-layers", "2", "--dry-run"]) == 0
+    assert "2 layers" in capsys.readouterr().out
+
+
+def test_recorded_result_is_checked_or_absent(tmp_path):
+    import json
+
+    assert prefill.recorded_result(tmp_path) is None
+    record = {"schema": prefill.SCHEMA, "environment": {"date": "2026-12-04", "gpu": "NVIDIA H200"},
+              "settings": {"layers": 2}, "rows": rows()}
+    (tmp_path / prefill.RESULT_FILE).write_text(json.dumps(record))
+    assert prefill.recorded_result(tmp_path).data["rows"][0]["config"] == "dense"
+    del record["rows"][0]["parts_ms"]["rest"]
+    (tmp_path / prefill.RESULT_FILE).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="parts_ms"):
+        prefill.recorded_result(tmp_path)

@@ -1,0 +1,126 @@
+"""nbspmm.interop and the operator's framework-native path, with fake arrays and streams (no GPU)."""
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from nbspmm import interop
+from nbspmm.api import SpMMOperator
+
+
+class FakeDeviceArray:
+    """A device array as far as the operator looks: ``__cuda_array_interface__`` only."""
+
+    def __init__(self, shape, dtype, ptr=0x10000):
+        self.shape, self.dtype, self.ptr = tuple(shape), np.dtype(dtype), ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
+                "version": 3}
+
+
+def in_module(cls, module):
+    return type(cls.__name__, (cls,), {"__module__": module})
+
+
+FakeTorchTensor = in_module(FakeDeviceArray, "torch.fake")
+FakeCupyArray = in_module(FakeDeviceArray, "cupy._core.fake")
+
+
+def test_framework_of_reads_the_type_module_only():
+    assert interop.framework_of(FakeTorchTensor((2, 2), np.float16)) == "torch"
+    assert interop.framework_of(FakeCupyArray((2, 2), np.float16)) == "cupy"
+    assert interop.framework_of(FakeDeviceArray((2, 2), np.float16)) == "numba"
+    assert interop.framework_of(np.zeros(2)) == "numba"
+
+
+def test_stream_handle_of_every_kind_of_stream():
+    assert interop.stream_handle(7) == 7
+    assert interop.stream_handle(SimpleNamespace(cuda_stream=11)) == 11              # torch.cuda.Stream
+    assert interop.stream_handle(SimpleNamespace(ptr=12)) == 12                      # cupy Stream
+    assert interop.stream_handle(SimpleNamespace(handle=SimpleNamespace(value=13))) == 13   # numba stream
+    assert interop.stream_handle(SimpleNamespace(handle=SimpleNamespace(value=None))) == 0  # numba default
+    with pytest.raises(TypeError, match="stream must be"):
+        interop.stream_handle("stream")
+
+
+def test_current_stream_is_the_frameworks(monkeypatch):
+    fake_torch = SimpleNamespace(_C=SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 100 + index))
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(ptr=55)))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    tensor = FakeTorchTensor((2, 2), np.float16)
+    tensor.is_cuda, tensor.get_device = True, lambda: 3
+    assert interop.current_stream_handle(tensor) == 103
+    assert interop.current_stream_handle(FakeCupyArray((2, 2), np.float16)) == 55
+    assert interop.current_stream_handle(FakeDeviceArray((2, 2), np.float16)) == 0
+
+
+def test_new_torch_output_has_the_torch_dtype_and_device():
+    torch = pytest.importorskip("torch")
+    like = torch.zeros(3, 2, dtype=torch.bfloat16)
+    for kind, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16), ("f32", torch.float32)):
+        out = interop.new_output(like, (4, 2), kind)
+        assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.shape == (4, 2)
+        assert out.device == like.device
+
+
+class FakePrepared:
+    def __init__(self):
+        self.launches, self.bound = [], []
+
+    def launch(self, B, C, stream=None):
+        self.launches.append((B.ptr, C.ptr, C.shape, int(stream)))
+
+    def bind(self, B, C):
+        product = lambda stream=None: self.bound.append((B.ptr, C.ptr, int(stream)))   # noqa: E731
+        return product
+
+
+def fake_operator(shape=(6, 4), in_kind="f16", out_kind="f32"):
+    op = object.__new__(SpMMOperator)
+    op.shape, op.in_kind, op.out_kind = shape, in_kind, out_kind
+    op._prepared = FakePrepared()
+    return op
+
+
+def test_operator_answers_in_the_inputs_framework_on_its_current_stream(monkeypatch):
+    made = []
+
+    def empty(shape, dtype, device):
+        made.append((shape, dtype, device))
+        return FakeTorchTensor(shape, np.float32, ptr=0x20000)
+
+    fake_torch = SimpleNamespace(float32="torch.float32", float16="torch.float16", bfloat16="torch.bfloat16",
+                                 empty=empty, _C=SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 42))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    op = fake_operator()
+    B = FakeTorchTensor((4, 5), np.float16)
+    B.is_cuda, B.get_device, B.device = True, lambda: 0, "cuda:0"
+    C = op @ B
+    assert isinstance(C, FakeTorchTensor) and made == [((6, 5), "torch.float32", "cuda:0")]
+    assert op._prepared.launches == [(0x10000, 0x20000, (6, 5), 42)]
+    out = FakeDeviceArray((6, 5), np.float32, ptr=0x30000)
+    assert op.matmul(B, out=out, stream=SimpleNamespace(cuda_stream=9)) is out
+    assert op._prepared.launches[-1] == (0x10000, 0x30000, (6, 5), 9)
+
+
+def test_bound_product_holds_its_buffers_and_follows_the_current_stream():
+    op = fake_operator()
+    B, out = FakeDeviceArray((4, 5), np.float16), FakeDeviceArray((6, 5), np.float32, ptr=0x40000)
+    held = op.bind(B, out)
+    assert held.B is B and held.out is out            # freeing the caller's names cannot free the buffers
+    assert held() is out and held(stream=5) is out
+    assert op._prepared.bound == [(0x10000, 0x40000, 0), (0x10000, 0x40000, 5)]
+    pinned = op.bind(B, out, stream=8)
+    pinned()
+    assert op._prepared.bound[-1][2] == 8
+
+
+def test_import_nbspmm_does_not_import_torch():
+    code = "import sys, nbspmm, nbspmm.api, nbspmm.interop, nbspmm.pruning; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

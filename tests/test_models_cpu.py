@@ -1,0 +1,82 @@
+"""nbspmm.models on the CPU at toy sizes: the block masks, the FlexAttention BlockMask against a dense
+mask, and the sparse decoder against the dense decoder with the same masked weights."""
+import contextlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from nbspmm.models import masks, qwen  # noqa: E402
+
+TOY = qwen.QwenConfig(layers=2, hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=384)
+
+
+def test_causal_block_table_keeps_the_diagonal_and_the_asked_fraction():
+    table = masks.causal_block_table(40, 0.1, np.random.default_rng(0))
+    assert np.all(np.diag(table)) and not np.triu(table, k=1).any()
+    assert table.sum() == round(0.1 * 40 * 41 / 2)
+    assert masks.causal_block_table(4, 0.0, np.random.default_rng(0)).sum() == 4     # the diagonal at least
+
+
+def test_random_linear_mask_exact_count():
+    mask = masks.random_linear_mask((512, 3584), (64, 64), 0.9, np.random.default_rng(1))
+    assert mask.shape == (8, 56) and mask.sum() == round(0.1 * 8 * 56)
+
+
+def test_flex_block_mask_computes_exactly_the_tables_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    tokens, block = 300, 128                    # a partial last block
+    table = masks.causal_block_table(3, 0.7, np.random.default_rng(2))
+    table[2, 0] = True                          # at least one off-diagonal (full) block
+    block_mask = masks.flex_block_mask(table, tokens, "cpu", block)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, tokens, 64) for _ in range(3))
+    got = flex_attention(q, k, v, block_mask=block_mask)
+    dense = torch.as_tensor(masks.dense_attention_mask(table, tokens, block))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    assert torch.allclose(got, expected, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="need a table of"):
+        masks.flex_block_mask(table, 500, "cpu", block)
+
+
+def test_sparse_decoder_matches_the_dense_decoder_with_the_same_masked_weights():
+    dense = qwen.QwenDecoder(TOY, dtype=torch.bfloat16, seed=0)
+    sparse = qwen.sparsify(dense, sparsity=0.5, block=(64, 64), seed=3)
+    reference = qwen.densified(sparse)
+    x = torch.randn(96, TOY.hidden, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        got, expected, unpruned = sparse(x).float(), reference(x).float(), dense(x).float()
+    error = (got - expected).norm() / expected.norm()
+    assert error < 2e-2
+    assert (unpruned - expected).norm() / expected.norm() > 10 * error       # the pruning changed the model
+    kept = [int(m.block_mask.sum()) for layer in sparse.layers for m in layer.proj.values()]
+    totals = [m.block_mask.numel() for layer in sparse.layers for m in layer.proj.values()]
+    assert kept == [round(t / 2) for t in totals]
+
+
+def test_flex_layers_and_timer_sections():
+    dense = qwen.QwenDecoder(TOY, dtype=torch.bfloat16, seed=0)
+    combined = qwen.with_attention(dense, "flex")
+    seen = []
+
+    def timer(name):
+        seen.append(name)
+        return contextlib.nullcontext()
+
+    tokens = 256
+    full = np.tri(2, dtype=bool)                 # every causal block: the same as SDPA's causal mask
+    x = torch.randn(tokens, TOY.hidden, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        got = combined(x, attention_table=full, timer=timer).float()
+        expected = dense(x).float()
+    assert (got - expected).norm() / expected.norm() < 2e-2
+    assert set(seen) == set(qwen.COMPONENTS)
+    with pytest.raises(ValueError, match="block mask"):
+        combined(x)
+
+
+def test_qwen_shapes():
+    shapes = qwen.QWEN25_7B.linear_shapes()
+    assert shapes["q"] == (3584, 3584) and shapes["k"] == (512, 3584) and shapes["down"] == (3584, 18944)
+    assert qwen.QWEN25_7B.heads // qwen.QWEN25_7B.kv_heads == 7
