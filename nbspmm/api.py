@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import formats
+from nbspmm import memory, nonfinite as nonfinite_values
 from nbspmm.device import require_hopper
 from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
@@ -71,9 +72,7 @@ def bcsr_to_wcsr_bytes(A: sp.csr_matrix, wcsr: formats.WCSR, block_shape=(64, 64
     """Stored bytes of A as BCSR with ``block_shape`` blocks over those of ``wcsr`` (its tiles), counting
     the BCSR blocks without building them (a BCSR of a scattered matrix can be 40× larger)."""
     bm, bk = block_shape
-    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
-    n_block_cols = -(-A.shape[1] // bk)
-    n_blocks = np.unique(rows // bm * n_block_cols + A.indices // bk).size
+    n_blocks = formats.estimate.bcsr_blocks(A, block_shape)
     tile_slots = wcsr.n_tiles * wcsr.window_rows * wcsr.tile_cols
     return n_blocks * bm * bk / tile_slots if tile_slots else 1.0
 
@@ -94,6 +93,8 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols):
     if fmt == "csr":
         return "csr", formats.CSR.from_scipy(A, dtype=dtype)
     if fmt == "auto":
+        if sp.issparse(A):
+            formats.check_sparse_input(A)     # before the conversion reads A's indices
         A = sp.csr_matrix(A)          # duplicates and unsorted indices are fine: the ratio counts unique blocks
         wcsr = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
         if bcsr_to_wcsr_bytes(A, wcsr, block_shape) <= AUTO_BCSR_MAX_BYTES_RATIO:
@@ -140,7 +141,10 @@ class SpMMOperator:
             raise ValueError(f"kernel {kernel!r} ({self.format_name}) is experimental: "
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")
         prepare = variants[kernel]
-        self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
+        what = f"the {self.format_name.upper()} operand"
+        memory.check_device_fits(self.sparse.nbytes, what, self.format_name)
+        with memory.out_of_memory_as_error(what, self.sparse.nbytes, self.format_name):
+            self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name
 
     @property
@@ -154,13 +158,25 @@ class SpMMOperator:
         return (f"SpMMOperator({M}x{K}, format={self.format_name}, kernel={self.kernel}, "
                 f"dtype={self.dtype.name}, out_dtype={self.out_dtype.name})")
 
-    def __call__(self, B, out=None):
-        return self.matmul(B, out=out)
+    def __call__(self, B, out=None, *, check_finite=False, nonfinite="propagate"):
+        return self.matmul(B, out=out, check_finite=check_finite, nonfinite=nonfinite)
 
-    def matmul(self, B, out=None):
-        """C = A @ B. Returns ``out`` when given (written in place), else a new numba device array."""
+    def matmul(self, B, out=None, *, check_finite=False, nonfinite="propagate"):
+        """C = A @ B. Returns ``out`` when given (written in place), else a new numba device array.
+
+        ``check_finite=True``: ValueError naming the first NaN/Inf of A or B. ``nonfinite``: "propagate"
+        (NaN/Inf of B may spread to other rows of a tile) or "exact" (scipy's rows); see
+        ``nbspmm.nonfinite``. Both copy a device B to the host: checks, not fast paths."""
+        nonfinite_values.check_mode(nonfinite)
         B_dev, (C_dev, result) = self._operands(B, out)
+        B_host = None
+        if check_finite or nonfinite == "exact":
+            B_host = nonfinite_values.b_on_host(B, self.dtype, B_dev)
+        if check_finite:
+            nonfinite_values.check_finite(self, B_host)
         self._prepared.launch(B_dev, C_dev)
+        if nonfinite == "exact":
+            nonfinite_values.patch_exact(self, B_host, C_dev)
         return result
 
     def bind(self, B, out):
@@ -180,7 +196,9 @@ class SpMMOperator:
         if out is None:
             from numba import cuda
 
-            result = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
+            itemsize = DEVICE_DTYPE[self.out_kind].itemsize
+            with memory.out_of_memory_as_error("the output C", M * N * itemsize):
+                result = cuda.device_array((M, N), dtype=DEVICE_DTYPE[self.out_kind])
             return B_dev, (DeviceMatrix.of(result), result)
         C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
         if C_dev.shape != (M, N):
@@ -188,9 +206,10 @@ class SpMMOperator:
         return B_dev, (C_dev, out)
 
 
-def spmm(A, B, out=None, **operator_options):
-    """C = A @ B on the GPU (builds a one-use SpMMOperator; keep the operator to multiply repeatedly)."""
-    return SpMMOperator(A, **operator_options)(B, out=out)
+def spmm(A, B, out=None, *, check_finite=False, nonfinite="propagate", **operator_options):
+    """C = A @ B on the GPU (builds a one-use SpMMOperator; keep the operator to multiply repeatedly).
+    ``check_finite`` and ``nonfinite``: as ``SpMMOperator.matmul``."""
+    return SpMMOperator(A, **operator_options)(B, out=out, check_finite=check_finite, nonfinite=nonfinite)
 
 
 def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False) -> DeviceMatrix:
