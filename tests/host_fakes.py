@@ -2,7 +2,7 @@
 float64 reference.
 
 ``fake_gpu(monkeypatch)`` replaces what ``nbspmm.api`` and ``nbspmm.nonfinite`` ask of numba.cuda
-(``to_device``, ``device_array``, ``as_cuda_array``), the Hopper check and every kernel's ``prepare``,
+(``to_device``, ``device_array``, ``as_cuda_array``, ``synchronize``), the Hopper check and every kernel's ``prepare``,
 so that ``SpMMOperator`` runs its whole host path on the CPU. The fake kernel computes
 ``fmt.matmul_reference(B)`` — the tiles' product, padding zeros included, as the tensor-core kernels
 compute it — and stores it in the output dtype.
@@ -55,6 +55,9 @@ class FakeDevice:
     def as_cuda_array(self, obj):
         return self.arrays[obj.__cuda_array_interface__["data"][0]]
 
+    def synchronize(self) -> None:
+        pass
+
 
 class FakePrepared:
     """A kernel's prepared product: C = the format's float64 reference, cast to the output kind."""
@@ -63,6 +66,9 @@ class FakePrepared:
         self.fmt, self.in_kind, self.out_kind, self.device = fmt, in_kind, out_kind, device
         self.name = f"fake-{variant}"
         self.launches = 0
+
+    def bind(self, B, C):
+        return lambda: self.launch(B, C)
 
     def launch(self, B, C) -> None:
         self.launches += 1
@@ -84,7 +90,7 @@ def fake_gpu(monkeypatch) -> FakeDevice:
     from nbspmm import api
 
     device = FakeDevice()
-    for name in ("to_device", "device_array", "as_cuda_array"):
+    for name in ("to_device", "device_array", "as_cuda_array", "synchronize"):
         monkeypatch.setattr(cuda, name, getattr(device, name))
     monkeypatch.setattr(api, "require_hopper", lambda: "fake Hopper")
     monkeypatch.setattr(api.memory, "device_memory_info", lambda: (1 << 40, 1 << 40))
