@@ -11,7 +11,8 @@ unique positions) or a canonical ``csr_array``. Each count is one sort of one in
 (np.unique): about a second at 16M nonzeros, against the minutes and the memory a build of a BCSR of
 a scattered matrix can take.
 
-Every builder calls ``check_fits`` first: above ``max_bytes`` (by default ``default_max_bytes()``, a
+Every builder calls its check first (``check_bcsr_fits``, ``check_wcsr_fits``, ``check_csr_fits``, which
+count only when a free upper bound could exceed the limit): above ``max_bytes`` (by default ``default_max_bytes()``, a
 fraction of physical memory; the environment variable ``NBSPMM_MAX_FORMAT_BYTES`` or the builder's
 ``max_bytes=`` argument overrides it) it raises ``FormatTooLargeError`` naming the size and a format
 that fits. Pure NumPy/SciPy.

@@ -115,6 +115,11 @@ class SpMMOperator:
     (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
     kernels listed in ``UNVERIFIED``; other keyword options go to the kernel.
+
+    Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
+    are unlocked, and the split-partials buffer is shared by every product of one N: use one operator
+    per thread, or call it under a lock. Memory: the operand's size is checked against the GPU's free
+    memory first, and a CUDA out-of-memory is raised as ``nbspmm.memory.DeviceMemoryError``.
     """
 
     def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
