@@ -241,7 +241,9 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
 
             host = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
         else:
-            host = np.ascontiguousarray(x.astype(host_dtype))
+            with np.errstate(over="ignore"):
+                host = np.ascontiguousarray(x.astype(host_dtype))
+            nonfinite_values.warn_cast_overflow(name, x, host)
         from numba import cuda
 
         return DeviceMatrix.of(cuda.to_device(host))

@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 import scipy.sparse as sp
 
-from formats._validate import overflow_remedy
+from formats._validate import count_overflow, overflow_remedy
 
 MODES = ("propagate", "exact")
 DEFAULT_MODE = "propagate"
@@ -79,15 +79,20 @@ def b_on_host(B, dtype: np.dtype, B_dev) -> np.ndarray:
     if isinstance(B, np.ndarray):
         with np.errstate(over="ignore"):
             cast = B.astype(dtype)
-        overflowed = int(np.count_nonzero(np.isinf(cast) & np.isfinite(B)))
-        if overflowed:
-            warnings.warn(f"{overflowed} value(s) of B exceed the {np.dtype(dtype).name} range and became ±Inf"
-                          + overflow_remedy(dtype), RuntimeWarning, stacklevel=4)
         return cast.astype(np.float64)
     from numba import cuda
 
     bits = cuda.as_cuda_array(B_dev).copy_to_host()
     return bits.view(dtype).astype(np.float64)
+
+
+def warn_cast_overflow(name: str, values: np.ndarray, cast: np.ndarray) -> None:
+    """One RuntimeWarning when finite ``values`` became ±Inf in ``cast`` (a host B cast to float16),
+    naming bfloat16 as the remedy. Two reductions when nothing overflowed."""
+    overflowed = count_overflow(values, cast)
+    if overflowed:
+        warnings.warn(f"{overflowed} value(s) of {name} exceed the {cast.dtype.name} range and became ±Inf"
+                      + overflow_remedy(cast.dtype), RuntimeWarning, stacklevel=4)
 
 
 def check_finite(op, B_host: np.ndarray) -> None:
