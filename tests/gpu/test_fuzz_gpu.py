@@ -1,9 +1,11 @@
 """The GPU fuzz campaign (tests/gpu/fuzz.py): NBSPMM_FUZZ_CASES cases (default 2,000) against scipy in
 float64, every element checked; 0 mismatches. NBSPMM_FUZZ_RESULTS names the results JSON to write
 (cases, mismatches, per-configuration times, pipeline kernels compiled). Failures are shrunk and saved
-under tests/data/fuzz_regressions/ (commit them: test_fuzz_regressions_gpu.py replays them)."""
+under NBSPMM_FUZZ_REGRESSIONS (default tests/data/fuzz_regressions/; commit them there:
+test_fuzz_regressions_gpu.py replays them)."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +22,10 @@ def test_fuzz_campaign():
 
     n_cases = int(os.environ.get("NBSPMM_FUZZ_CASES", "2000"))
     compiled_before = len(tc_pipeline._COMPILED)
+    saved_to = Path(os.environ.get("NBSPMM_FUZZ_REGRESSIONS", fuzz.REGRESSIONS))
     record = fuzz.campaign(n_cases=n_cases, seed=int(os.environ.get("NBSPMM_FUZZ_SEED", "2026")),
-                           time_budget_s=float(os.environ.get("NBSPMM_FUZZ_BUDGET_S", "420")))
+                           time_budget_s=float(os.environ.get("NBSPMM_FUZZ_BUDGET_S", "420")),
+                           save=lambda case, message: fuzz.save_regression(case, message, saved_to))
     record["pipeline_kernels_compiled"] = len(tc_pipeline._COMPILED) - compiled_before
     if os.environ.get("NBSPMM_FUZZ_RESULTS"):
         with open(os.environ["NBSPMM_FUZZ_RESULTS"], "w") as f:
