@@ -5,11 +5,16 @@
 * ``CSR``   — plain compressed rows in the format dtype, for matrices too scattered for tiles;
 * ``BlockedELL`` — cuSPARSE's blocked ELLPACK (the paper's baseline format; benchmarks only);
 * ``split_plan`` / ``SplitPlan`` — the work items (load balancing) over either format;
+* ``estimate`` — exact block / tile counts and bytes of each format from A's indices, without building;
+  every builder raises ``FormatTooLargeError`` (a MemoryError) before allocating a format too large;
+* ``check_sparse_input(A)`` — the index checks every builder runs first (ValueError naming the bad entry);
 * each format's ``to_scipy()`` (inverse) and ``matmul_reference(B)`` (float64 oracle).
 
 Value dtypes: ``SUPPORTED_DTYPES`` (float16, bfloat16, float32); index arrays are int32.
 """
-from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES
+from . import estimate
+from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES, check_sparse_input
+from .estimate import FormatTooLargeError
 from .bcsr import BCSR, BLOCK_SIZES, DEFAULT_BLOCK_SHAPE, BCSRStats
 from .csr import CSR, CSRStats
 from .ell import BlockedELL, ELLTooLarge
@@ -22,5 +27,6 @@ __all__ = [
     "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR", "CSRStats", "BlockedELL", "ELLTooLarge",
     "WCSR", "WCSRStats", "WINDOW_ROWS", "TILE_COLS", "DEFAULT_WINDOW_ROWS", "DEFAULT_TILE_COLS", "PADDING_COLUMN",
     "SplitPlan", "SplitStats", "split_plan", "balanced_max_tiles", "unit_ptr",
+    "estimate", "FormatTooLargeError", "check_sparse_input",
     "Distribution", "SUPPORTED_DTYPES", "SCIPY_VALUE_DTYPE", "INDEX_DTYPE",
 ]

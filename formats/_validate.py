@@ -130,6 +130,7 @@ def canonical_csr(A, tile: tuple[int, int], unit: str) -> sp.csr_array:
             raise ValueError(f"A must be 2-D, got a {A.ndim}-D sparse array of shape {A.shape}")
         check_value_dtype("A", A.dtype)
         check_padded_shape(shape_2d(A.shape), tile, unit)
+        check_sparse_input(A)
         csr = sp.csr_array(A, dtype=np.float64)  # no copy when A is already float64 CSR
         if not csr.has_canonical_format:
             csr = csr.copy()  # sum_duplicates works in place: never on the caller's arrays
@@ -144,6 +145,52 @@ def canonical_csr(A, tile: tuple[int, int], unit: str) -> sp.csr_array:
         return sp.csr_array(np.asarray(A, dtype=np.float64))
     raise TypeError(
         f"A must be a scipy sparse matrix/array or a 2-D numpy.ndarray, got {type(A).__name__}")
+
+
+def check_sparse_input(A) -> None:
+    """ValueError naming the first bad entry of a scipy matrix's own index arrays, before any conversion
+    reads them (scipy checks them only when asked: ``check_format(full_check=True)``; its conversions
+    index with them unchecked). Compressed formats (CSR, CSC, BSR): ``indptr`` of the right length,
+    from 0, non-decreasing, within ``indices``; every index in range. COO: every coordinate in range.
+    Other formats (LIL, DOK, DIA) keep no raw index arrays a caller could break."""
+    if A.format in ("csr", "csc", "bsr"):
+        _check_compressed(A)
+    elif A.format == "coo":
+        for axis, (name, coords) in enumerate(zip(("row", "col"), A.coords)):
+            _check_index_range(f"A.{name}", np.asarray(coords), A.shape[axis], f"{('rows', 'columns')[axis]}")
+
+
+def _check_compressed(A) -> None:
+    """The structure of a CSR / CSC / BSR: outer pointer, then the inner indices it covers."""
+    block = A.blocksize if A.format == "bsr" else (1, 1)
+    major, minor = (0, 1) if A.format in ("csr", "bsr") else (1, 0)
+    n_major, n_minor = A.shape[major] // block[major], A.shape[minor] // block[minor]
+    outer, inner = ("row", "column") if major == 0 else ("column", "row")
+    indptr, indices = np.asarray(A.indptr), np.asarray(A.indices)
+    if indptr.ndim != 1 or indptr.size != n_major + 1:
+        raise ValueError(f"A.indptr must have {n_major + 1} entries (one per {outer} of the {A.shape} matrix, "
+                         f"plus one); got {indptr.size}")
+    if indptr[0] != 0:
+        raise ValueError(f"A.indptr[0] must be 0, got {indptr[0]}")
+    drops = np.flatnonzero(np.diff(indptr) < 0)
+    if drops.size:
+        i = int(drops[0])
+        raise ValueError(f"A.indptr must be non-decreasing: A.indptr[{i}] = {indptr[i]} > A.indptr[{i + 1}] = "
+                         f"{indptr[i + 1]} ({outer} {i} would have a negative number of entries)")
+    if indptr[-1] > indices.size:
+        raise ValueError(f"A.indptr[-1] = {indptr[-1]} exceeds the {indices.size} entries of A.indices")
+    unit = f"block {inner}s" if A.format == "bsr" else f"{inner}s"
+    _check_index_range("A.indices", indices[:int(indptr[-1])], n_minor, unit, indptr, outer)
+
+
+def _check_index_range(name: str, index: np.ndarray, bound: int, what: str, indptr=None, outer="") -> None:
+    """Every index in [0, bound); the message names the first one outside (and its row / column)."""
+    bad = np.flatnonzero((index < 0) | (index >= bound))
+    if bad.size:
+        i = int(bad[0])
+        where = f" ({outer} {int(np.searchsorted(indptr, i, side='right')) - 1})" if indptr is not None else ""
+        raise ValueError(f"{name}[{i}] = {index[i]}{where} is out of range: A has {bound} {what} "
+                         f"(indices 0 ... {bound - 1})")
 
 
 def cast_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -173,8 +220,16 @@ def warn_overflow(overflowed: int, dtype: np.dtype, stacklevel: int) -> None:
     from this function, so that the warning names the caller's ``from_scipy`` line."""
     if overflowed:
         top = float(ml_dtypes.finfo(dtype).max)
-        warnings.warn(f"{overflowed} value(s) exceed the {dtype.name} range (|x| > {top:g}) and became ±Inf",
-                      RuntimeWarning, stacklevel=stacklevel)
+        warnings.warn(f"{overflowed} value(s) exceed the {dtype.name} range (|x| > {top:g}) and became ±Inf"
+                      + overflow_remedy(dtype), RuntimeWarning, stacklevel=stacklevel)
+
+
+def overflow_remedy(dtype: np.dtype) -> str:
+    """What to use instead of float16 when values overflow it: bfloat16 keeps float32's range."""
+    if np.dtype(dtype) != np.dtype(np.float16):
+        return ""
+    return (f"; bfloat16 (dtype=ml_dtypes.bfloat16) holds up to {float(ml_dtypes.finfo(ml_dtypes.bfloat16).max):.3g} "
+            f"with 8 bits of precision")
 
 
 def dense_operand(B, k: int) -> np.ndarray:

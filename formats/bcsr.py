@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from . import _blocked, _validate
+from . import _blocked, _validate, estimate
 from ._stats import Distribution, StatsRecord
 from ._validate import INDEX_DTYPE
 
@@ -89,15 +89,18 @@ class BCSR:
 
     # -- construction --------------------------------------------------------------------------------
     @classmethod
-    def from_scipy(cls, A, block_shape=DEFAULT_BLOCK_SHAPE, dtype=np.float16) -> "BCSR":
+    def from_scipy(cls, A, block_shape=DEFAULT_BLOCK_SHAPE, dtype=np.float16, max_bytes=None) -> "BCSR":
         """Build from any scipy sparse matrix/array or dense ndarray.
 
         Duplicates are summed in float64, then every value is cast once to ``dtype`` (float16,
         ``ml_dtypes.bfloat16`` or float32; round to nearest). Explicit zeros, NaN and Inf are kept.
+        A BCSR above ``max_bytes`` (default ``formats.estimate.default_max_bytes()``) raises
+        ``formats.estimate.FormatTooLargeError`` before anything is allocated.
         """
         block_shape = _block_shape(block_shape)
         dtype = _validate.format_dtype(dtype)
         csr = _validate.canonical_csr(A, block_shape, "blocks")
+        estimate.check_bcsr_fits(csr, block_shape, dtype, max_bytes)
         return cls(csr.shape, block_shape, *_build(csr, block_shape, dtype))
 
     # -- derived values ------------------------------------------------------------------------------

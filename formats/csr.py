@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from . import _validate
+from . import _validate, estimate
 from ._stats import Distribution, StatsRecord
 from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE
 
@@ -61,11 +61,13 @@ class CSR:
         return f"CSR(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype.name})"
 
     @classmethod
-    def from_scipy(cls, A, dtype=np.float16) -> "CSR":
+    def from_scipy(cls, A, dtype=np.float16, max_bytes=None) -> "CSR":
         """Build from any scipy sparse matrix/array or dense ndarray: duplicates summed in float64, then
-        every value cast once to ``dtype`` (round to nearest). Explicit zeros, NaN and Inf are kept."""
+        every value cast once to ``dtype`` (round to nearest). Explicit zeros, NaN and Inf are kept.
+        Above ``max_bytes`` (default ``formats.estimate.default_max_bytes()``): FormatTooLargeError."""
         dtype = _validate.format_dtype(dtype)
         csr = _validate.canonical_csr(A, (1, 1), "rows")
+        estimate.check_csr_fits(csr, dtype, max_bytes)
         _validate.check_fits_int32("nnz", csr.nnz)
         return cls(csr.shape, csr.indptr.astype(INDEX_DTYPE), csr.indices.astype(INDEX_DTYPE),
                    _validate.cast_values(csr.data, dtype))

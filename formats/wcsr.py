@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from . import _blocked, _validate
+from . import _blocked, _validate, estimate
 from ._stats import Distribution, StatsRecord
 from ._validate import INDEX_DTYPE
 
@@ -107,16 +107,19 @@ class WCSR:
     # -- construction --------------------------------------------------------------------------------
     @classmethod
     def from_scipy(cls, A, window_rows=DEFAULT_WINDOW_ROWS, tile_cols=DEFAULT_TILE_COLS,
-                   dtype=np.float16) -> "WCSR":
+                   dtype=np.float16, max_bytes=None) -> "WCSR":
         """Build from any scipy sparse matrix/array or dense ndarray.
 
         Duplicates are summed in float64, then every value is cast once to ``dtype`` (float16,
         ``ml_dtypes.bfloat16`` or float32; round to nearest). Explicit zeros, NaN and Inf are kept.
+        A WCSR above ``max_bytes`` (default ``formats.estimate.default_max_bytes()``) raises
+        ``formats.estimate.FormatTooLargeError`` before anything is allocated.
         """
         window_rows = _validate.size_choice("window_rows", window_rows, WINDOW_ROWS)
         tile_cols = _validate.size_choice("tile_cols", tile_cols, TILE_COLS)
         dtype = _validate.format_dtype(dtype)
         csr = _validate.canonical_csr(A, (window_rows, 1), "windows")
+        estimate.check_wcsr_fits(csr, window_rows, tile_cols, dtype, max_bytes)
         return cls(csr.shape, window_rows, tile_cols, *_build(csr, window_rows, tile_cols, dtype))
 
     # -- derived values ------------------------------------------------------------------------------

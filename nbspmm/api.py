@@ -21,9 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 import formats
 from nbspmm.choose import choose_format
+from nbspmm import memory, nonfinite as nonfinite_values
 from nbspmm.device import require_hopper
 from nbspmm.kernels import registry   # the kernel modules it loads compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
@@ -59,6 +61,8 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_col
     if fmt == "csr":
         return "csr", formats.CSR.from_scipy(A, dtype=dtype), None
     if fmt == "auto":   # the cost model's pick (nbspmm.choose), built with the shapes it was fitted for
+        if sp.issparse(A):
+            formats.check_sparse_input(A)     # before the counts read A's indices
         choice = choose_format(A, n_cols=n_cols, dtype=dtype)
         shapes = {"block_shape": block_shape, "window_rows": window_rows, "tile_cols": tile_cols,
                   **choice.build_options}
@@ -77,6 +81,11 @@ class SpMMOperator:
     (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
     kernels listed in ``UNVERIFIED``; other keyword options go to the kernel.
+
+    Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
+    are unlocked, and the split-partials buffer is shared by every product of one N: use one operator
+    per thread, or call it under a lock. Memory: the operand's size is checked against the GPU's free
+    memory first, and a CUDA out-of-memory is raised as ``nbspmm.memory.DeviceMemoryError``.
     """
 
     def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
@@ -105,7 +114,10 @@ class SpMMOperator:
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]
-        self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
+        what = f"the {self.format_name.upper()} operand"
+        memory.check_device_fits(self.sparse.nbytes, what, self.format_name)
+        with memory.out_of_memory_as_error(what, self.sparse.nbytes, self.format_name):
+            self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name
 
     @property
@@ -119,19 +131,34 @@ class SpMMOperator:
         return (f"SpMMOperator({M}x{K}, format={self.format_name}, kernel={self.kernel}, "
                 f"dtype={self.dtype.name}, out_dtype={self.out_dtype.name})")
 
-    def __call__(self, B, out=None, *, stream=None):
-        return self.matmul(B, out=out, stream=stream)
+    def __call__(self, B, out=None, *, stream=None, check_finite=False, nonfinite="propagate"):
+        return self.matmul(B, out=out, stream=stream, check_finite=check_finite, nonfinite=nonfinite)
 
     def __matmul__(self, B):
         return self.matmul(B)
 
-    def matmul(self, B, out=None, *, stream=None):
+    def matmul(self, B, out=None, *, stream=None, check_finite=False, nonfinite="propagate"):
         """C = A @ B. Returns ``out`` when given (written in place), else a new C in B's framework
         (``nbspmm.interop``). Runs on `stream` if given, else on B's framework's current stream; nothing
         waits for the GPU (the first product on a new (B, out) pair encodes B's tensor map, a short
-        synchronous copy: make that call once before ``torch.cuda.graph`` captures ``op(B, out=C)``)."""
+        synchronous copy: make that call once before ``torch.cuda.graph`` captures ``op(B, out=C)``).
+
+        ``check_finite=True``: ValueError naming the first NaN/Inf of A or B. ``nonfinite``: "propagate"
+        (NaN/Inf of B may spread to other rows of a tile) or "exact" (scipy's rows); see
+        ``nbspmm.nonfinite``. Both copy a device B to the host and "exact" waits for the product:
+        checks, not fast paths."""
+        nonfinite_values.check_mode(nonfinite)
         B_dev, (C_dev, result) = self._operands(B, out)
-        self._prepared.launch(B_dev, C_dev, stream=interop.launch_stream(B, stream))
+        B_host = None
+        if check_finite or nonfinite == "exact":
+            B_host = nonfinite_values.b_on_host(B, self.dtype, B_dev)
+        if check_finite:
+            nonfinite_values.check_finite(self, B_host)
+        launch_stream = interop.launch_stream(B, stream)
+        self._prepared.launch(B_dev, C_dev, stream=launch_stream)
+        if nonfinite == "exact":
+            interop.synchronize(launch_stream)          # the host patch reads the finished C
+            nonfinite_values.patch_exact(self, B_host, C_dev)
         return result
 
     def bind(self, B, out, *, stream=None):
@@ -149,7 +176,9 @@ class SpMMOperator:
         B_dev = as_device_matrix(B, self.in_kind, rows=K, name="B")
         N = B_dev.shape[1]
         if out is None:
-            result = interop.new_output(B, (M, N), self.out_kind)
+            itemsize = DEVICE_DTYPE[self.out_kind].itemsize
+            with memory.out_of_memory_as_error("the output C", M * N * itemsize):
+                result = interop.new_output(B, (M, N), self.out_kind)
             return B_dev, (DeviceMatrix.of(result), result)
         C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
         if C_dev.shape != (M, N):
@@ -157,9 +186,10 @@ class SpMMOperator:
         return B_dev, (C_dev, out)
 
 
-def spmm(A, B, out=None, **operator_options):
-    """C = A @ B on the GPU (builds a one-use SpMMOperator; keep the operator to multiply repeatedly)."""
-    return SpMMOperator(A, **operator_options)(B, out=out)
+def spmm(A, B, out=None, *, check_finite=False, nonfinite="propagate", **operator_options):
+    """C = A @ B on the GPU (builds a one-use SpMMOperator; keep the operator to multiply repeatedly).
+    ``check_finite`` and ``nonfinite``: as ``SpMMOperator.matmul``."""
+    return SpMMOperator(A, **operator_options)(B, out=out, check_finite=check_finite, nonfinite=nonfinite)
 
 
 def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False) -> DeviceMatrix:
@@ -186,7 +216,9 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
 
             host = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
         else:
-            host = np.ascontiguousarray(x.astype(host_dtype))
+            with np.errstate(over="ignore"):
+                host = np.ascontiguousarray(x.astype(host_dtype))
+            nonfinite_values.warn_cast_overflow(name, x, host)
         from numba import cuda
 
         return DeviceMatrix.of(cuda.to_device(host))

@@ -79,6 +79,15 @@ def launch_stream(x, stream=None):
     return cu_stream(current_stream_handle(x) if stream is None else stream_handle(stream))
 
 
+def synchronize(stream) -> None:
+    """Wait until everything enqueued on `stream` (a CUstream) has finished."""
+    from cuda.bindings import driver
+
+    (err,) = driver.cuStreamSynchronize(stream)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuStreamSynchronize failed: {err}")
+
+
 def new_output(like, shape: tuple, kind: str):
     """An uninitialized C of `shape` and element kind `kind` in like's framework (on like's device)."""
     framework = framework_of(like)

@@ -133,17 +133,29 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400)
     return rows
 
 
-SANITIZE_CASES = ("bcsr-v3", "bcsr-v4", "bcsr-v4-tma", "bcsr-pingpong", "wcsr", "wcsr-ws-tma", "wcsr-ws-cpasync",
-                  "wcsr-pingpong+two_pass", "wcsr-swapped", "csr-rows")
+# Split work items combined by the two-pass reduction instead of atomic adds: a kernel path of its own.
+SANITIZE_TWO_PASS = ("bcsr-v4", "bcsr-pingpong", "wcsr-ws", "wcsr-pingpong")
 
 
-def sanitize(out: Path, jobs: int = 1) -> list[tuple[str, str, str]]:
-    """compute-sanitizer's memcheck, racecheck and synccheck on each small case of
-    scripts/sanitize_case.py, `jobs` processes at once (each its own CUDA context)."""
+def sanitize_cases(pattern: str = "*") -> list[str]:
+    """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
+    name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass"; those matching the glob `pattern`."""
+    sys.path.insert(0, str(REPO))
+    from nbspmm.api import KERNELS
+
+    names = [f"{fmt}-{kernel}" for fmt, kernels in KERNELS.items() for kernel in kernels]
+    names += [f"{name}+two_pass" for name in SANITIZE_TWO_PASS]
+    return [name for name in names if fnmatch.fnmatch(name, pattern)]
+
+
+def sanitize(out: Path, jobs: int = 1, pattern: str = "*") -> list[tuple[str, str, str]]:
+    """compute-sanitizer's memcheck, racecheck and synccheck on the small case of scripts/sanitize_case.py
+    of every registered kernel matching `pattern` (``sanitize_cases``), `jobs` processes at once (each
+    its own CUDA context). The summary goes to out/sanitize.json, the logs to out/sanitize.log."""
     from concurrent.futures import ThreadPoolExecutor
 
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    runs = [(variant, check) for variant in SANITIZE_CASES for check in SANITIZER_TOOLS]
+    runs = [(variant, check) for variant in sanitize_cases(pattern) for check in SANITIZER_TOOLS]
     scratch = Path(tempfile.mkdtemp(prefix="sanitize_"))
 
     def run_one(run):
@@ -155,13 +167,19 @@ def sanitize(out: Path, jobs: int = 1) -> list[tuple[str, str, str]]:
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(run_one, runs))
-    rows = []
+    rows, records = [], []
     for (variant, check), (rc, secs, text) in zip(runs, results):
         with open(out / "sanitize.log", "a") as f:
             f.write(f"\n{'=' * 30} {check} {variant} (rc={rc}) {'=' * 30}\n{text}")
         summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
         verdict = "PASS" if rc == 0 and "case ok" in text else f"FAIL rc={rc}"
         rows.append((f"sanitizer {check} {variant}", verdict, f"errors={summary[-1] if summary else '?'}, {secs:.0f} s"))
+        records.append({"case": variant, "tool": check, "rc": rc, "errors": int(summary[-1]) if summary else None,
+                        "case_ok": "case ok" in text, "seconds": round(secs, 1), "verdict": verdict})
+    passed = sum(r["verdict"] == "PASS" for r in records)
+    (out / "sanitize.json").write_text(json.dumps({"runs": len(records), "passed": passed, "pattern": pattern,
+                                                   "cases": sorted({r["case"] for r in records}),
+                                                   "results": records}, indent=1))
     return rows
 
 
@@ -255,7 +273,9 @@ def main() -> int:
                         help="run the GPU tests (optionally only those matching this -k pattern)")
     parser.add_argument("--test-timeout", type=int, default=400, help="seconds per test module (default 400)")
     parser.add_argument("--jobs", type=int, default=1, help="test modules (and sanitizer runs) run at once (default 1)")
-    parser.add_argument("--sanitize", action="store_true", help="compute-sanitizer memcheck / racecheck / synccheck on the small cases of SANITIZE_CASES")
+    parser.add_argument("--sanitize", nargs="?", const="*", default=None, metavar="GLOB",
+                        help="compute-sanitizer memcheck / racecheck / synccheck on every registered kernel "
+                             "(or those whose case name, e.g. bcsr-v4-tma or wcsr-ws+two_pass, matches GLOB)")
     parser.add_argument("--record", nargs="?", const="", default=None, metavar="WHAT",
                         help="record what the notebooks show into recorded/ (all, or timelines | wcsr_balance)")
     parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",
@@ -272,8 +292,8 @@ def main() -> int:
     rows = environment(args.out)
     if args.tests is not None:
         rows += gpu_tests(args.out, args.tests or None, args.jobs, args.test_timeout)
-    if args.sanitize:
-        rows += sanitize(args.out, args.jobs)
+    if args.sanitize is not None:
+        rows += sanitize(args.out, args.jobs, args.sanitize)
     if args.record is not None:
         rows += record(args.out, args.record or None)
     for spec in args.bench:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-VARIANT[+COMBINE]`,
-e.g. bcsr-v3, bcsr-v4, bcsr-v4-tma, bcsr-pingpong, wcsr-ws, wcsr-ws-tma, wcsr-ws-cpasync,
-wcsr-pingpong+two_pass, wcsr-swapped, csr-rows (plain "wcsr" is wcsr-ws).
+"""A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
+kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
+wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows (plain "wcsr" is wcsr-ws).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.api import SpMMOperator
+from nbspmm.kernels import wcsr as wcsr_kernels
 
 name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
 kernel, _, combine = name.partition("+")
@@ -33,7 +34,9 @@ elif fmt_name == "csr":
 else:
     window_rows = 16 if variant == "swapped" else 64               # the swapped orientation's short windows
     A = formats.WCSR.from_scipy(dense, window_rows=window_rows, tile_cols=16, dtype=np.float16)
-    op = SpMMOperator(A, kernel=variant or "ws", max_tiles=2, experimental=True, **options)
+    variant = variant or "ws"
+    persistent = variant in wcsr_kernels.VARIANTS and wcsr_kernels.VARIANTS[variant].persistent
+    op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_tiles": 2} if persistent else {}), **options)
 B = rng.standard_normal((K, N)).astype(np.float16)
 C = op(B).copy_to_host()
 ref = A.matmul_reference(B)
