@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.device import require_hopper
-from nbspmm.kernels import baseline_launch, bcsr, rows, wcsr   # kernel modules compile nothing on import
+from nbspmm.kernels import baseline_launch, bcsr, rows, segments, wcsr   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
 
@@ -38,14 +38,16 @@ KERNELS = {
     "bcsr": {**{name: bcsr.prepare for name in [bcsr.DEFAULT_VARIANT, *bcsr.VARIANTS]},
              "baseline": baseline_launch.prepare},
     "wcsr": {**{name: wcsr.prepare for name in wcsr.VARIANTS}, "baseline": baseline_launch.prepare},
-    "csr": {"rows": rows.prepare},
+    "csr": {"rows": rows.prepare, "segments": segments.prepare},
 }
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
-# experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules (ordered
-# turns), the swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the
-# GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de).
-UNVERIFIED: dict[tuple[str, str], str] = {}
+# experimental=True, so that nobody runs them by accident. The ping-pong schedules (ordered turns), the
+# swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the GPU suite and
+# compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de); the segment kernel has not run yet.
+UNVERIFIED: dict[tuple[str, str], str] = {
+    ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) has not yet run on the H200",
+}
 
 # format="auto": the BCSR kernel multiplies whole 64 × 64 blocks, zeros included, but loads its B rows
 # as one contiguous TMA box per block; the WCSR kernel multiplies condensed 64 × 16 tiles (fewer padding
