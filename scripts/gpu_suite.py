@@ -134,7 +134,7 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400)
 
 
 SANITIZE_CASES = ("bcsr-v3", "bcsr-v4", "bcsr-v4-tma", "bcsr-pingpong", "wcsr", "wcsr-ws-tma", "wcsr-ws-cpasync",
-                  "wcsr-pingpong+two_pass", "wcsr-swapped", "csr-rows")
+                  "wcsr-pingpong+two_pass", "wcsr-swapped", "csr-rows", "csr-segments")
 
 
 def sanitize(out: Path, jobs: int = 1) -> list[tuple[str, str, str]]:
