@@ -161,26 +161,31 @@ def test_sass_16_byte_loads_all_in_flight(in_kind, out_kind, lanes):
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass
     assert "rem_s64" not in k.sass and "div.s64" not in k.ptx     # 32-bit grid arithmetic
     assert any(m.startswith("REDG.E.ADD.F32") for m in found) == (out_kind == "f32")   # split rows: fp32 out only
+    assert ("STG.E.128" if out_kind == "f32" else "STG.E.64") in found             # an octet: two vector stores
 
 
-def test_sass_element_path_for_ragged_n():
+def test_sass_element_paths_for_ragged_n():
     from ptx_snippets.inspect import inspect_kernel, instructions
 
     k = inspect_kernel(segments.kernel_function("f16", "f32", False, 8), segments.signature("f16", "f32", False),
                        launch_bounds=segments.LAUNCH_BOUNDS)
     found = instructions(k.sass)
     assert "LDG.E.U16" in found and "LDG.E.128" not in found, sorted(found)
+    scalar = inspect_kernel(segments.kernel_function("f16", "f32", True, 8, False), segments.signature("f16", "f32"),
+                            launch_bounds=segments.LAUNCH_BOUNDS)
+    assert "STG.E.128" not in instructions(scalar.sass) and "STG.E" in instructions(scalar.sass)
 
 
-def test_reads_16_bytes_needs_whole_aligned_octets():
+def test_vector_access_needs_whole_aligned_octets():
     from nbspmm.launch import DeviceMatrix, c_contiguous_strides
 
     def matrix(ptr, shape):
         return DeviceMatrix(ptr, shape, c_contiguous_strides(shape, 2), np.dtype(np.float16))
 
-    assert segments.reads_16_bytes(matrix(0x1000, (10, 128)))
-    assert not segments.reads_16_bytes(matrix(0x1000, (10, 132)))     # whole 8-byte words, not 16-byte ones
-    assert not segments.reads_16_bytes(matrix(0x1008, (10, 128)))     # 8-byte aligned only
+    assert segments.whole_aligned_octets(matrix(0x1000, (10, 128)))
+    assert not segments.whole_aligned_octets(matrix(0x1000, (10, 132)))     # whole 8-byte words, not 16-byte ones
+    assert not segments.whole_aligned_octets(matrix(0x1008, (10, 128)))     # 8-byte aligned only
+    assert not segments.whole_aligned_octets(DeviceMatrix(0x1000, (10, 128), (512, 2), np.dtype(np.float16)))
 
 
 def test_registered_and_experimental():

@@ -12,8 +12,9 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   column indices and values, and the row pointer of the one after: a row of 4 nonzeros is no longer a
   chain of dependent loads (pointer -> indices -> B rows) of its own.
 * **16-byte loads**: a lane owns 8 consecutive columns of C and reads them as one 16-byte load (two
-  8-byte words of 16-bit values; ``LDG.E.128``). Where N is not a multiple of 8 (or B's start not
-  16-byte aligned) the lanes read the 8 values one by one.
+  8-byte words of 16-bit values; ``LDG.E.128``), and stores them as two vector stores (``STG.E.128``
+  in fp32). Where N is not a multiple of 8 (or B's or C's start not 16-byte aligned) the lanes read
+  (or write) the 8 values one by one.
 * **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
   grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
   as wide as fits B's K rows into L2 (``L2_BYTES``), so the random row gathers of a panel hit L2.
@@ -33,7 +34,7 @@ from numba.cuda.extending import intrinsic
 import formats
 from formats.segments import ADD, KEEP, segment_plan
 from nbspmm.kernels import rows
-from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_widener
+from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.registry import KernelSpec, register
 
 WARP = rows.WARP
@@ -149,28 +150,62 @@ def _make_fetch(in_kind: str):
     return fetch
 
 
-def _make_flush(out_kind: str):
-    """flush(C, row, octet, acc, add): C[row, 8 octet + i] = acc[i] (or += atomically), acc[i] = 0."""
-    put = rows.make_put(out_kind)
+@intrinsic
+def store_vector(typingctx, array, row, col, values):
+    """array[row, col + i] = values[i] for the tuple's n values, as one vector store aligned to its n
+    elements (``st.global.v4``; the caller guarantees the alignment)."""
+    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(values, types.UniTuple)
+            and values.dtype == array.dtype):
+        raise TypeError(f"store_vector takes a 2-D array and a tuple of its element type, got {array}, {values}")
+
+    def codegen(context, builder, signature, args):
+        array_type, row_type, col_type, values_type = signature.args
+        target = context.make_array(array_type)(context, builder, args[0])
+        at = [context.cast(builder, value, ty, types.intp) for value, ty in ((args[1], row_type), (args[2], col_type))]
+        pointer = cgutils.get_item_pointer(context, builder, array_type, target, at)
+        vector_type = ir.VectorType(context.get_value_type(array_type.dtype), values_type.count)
+        vector = ir.Constant(vector_type, ir.Undefined)
+        for i in range(values_type.count):
+            vector = builder.insert_element(vector, builder.extract_value(args[3], i), ir.Constant(ir.IntType(32), i))
+        builder.store(vector, builder.bitcast(pointer, vector_type.as_pointer()),
+                      align=values_type.count * context.get_abi_sizeof(context.get_value_type(array_type.dtype)))
+        return context.get_dummy_value()
+
+    return types.void(array, row, col, values), codegen
+
+
+def _make_flush(out_kind: str, vector_store: bool):
+    """flush(C, row, octet, acc, add): C[row, 8 octet + i] = acc[i] (or += atomically), acc[i] = 0.
+    vector_store=True (N a multiple of 8, C 16-byte aligned): a stored octet is written as two vector
+    stores of 4 values (16 bytes each in fp32) instead of 8 scalar ones; added sums stay scalar atomics."""
+    put, convert = rows.make_put(out_kind), make_storer(out_kind)
     zero = float32(0.0)
+    half = OCTET // 2
 
     @cuda.jit(device=True, forceinline=True)
     def flush(C, row, octet, acc, add):
         N = C.shape[1]
+        if vector_store and not add:
+            if octet * OCTET < N:
+                for h in range(2):
+                    store_vector(C, row, octet * OCTET + h * half, (convert(acc[h * half]), convert(acc[h * half + 1]),
+                                                                    convert(acc[h * half + 2]), convert(acc[h * half + 3])))
+        else:
+            for i in range(OCTET):
+                col = octet * OCTET + i
+                if col < N:
+                    put(C, row, col, acc[i], add)
         for i in range(OCTET):
-            col = octet * OCTET + i
-            if col < N:
-                put(C, row, col, acc[i], add)
             acc[i] = zero
     return flush
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16):
+def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16, vector_store: bool = True):
     if lanes not in LANE_GROUPS:
         raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
     load_octet, unpack = _make_octet_loader(vector), _make_unpack(in_kind)
-    fetch, flush = _make_fetch(in_kind), _make_flush(out_kind)
+    fetch, flush = _make_fetch(in_kind), _make_flush(out_kind, vector_store)
     zero = float32(0.0)
     segments_per_block = THREADS // lanes
 
@@ -225,15 +260,16 @@ def signature(in_kind: str, out_kind: str, vector: bool = True):
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
-                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM):
+                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, vector_store: bool = True):
     return cuda.jit(signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
-        kernel_function(in_kind, out_kind, vector, lanes))
+        kernel_function(in_kind, out_kind, vector, lanes, vector_store))
 
 
-def reads_16_bytes(B) -> bool:
-    """Whether B (a C-contiguous DeviceMatrix of 16-bit values) can be read 16 bytes at a time: whole
-    octets per row and a 16-byte aligned start (then every row and every slice starts aligned)."""
-    return B.shape[1] % OCTET == 0 and B.ptr % VECTOR_BYTES == 0 and B.is_c_contiguous
+def whole_aligned_octets(matrix) -> bool:
+    """Whether a C-contiguous DeviceMatrix (B, or C) can be accessed an octet at a time by vector
+    loads / stores: whole octets per row and a 16-byte aligned start (then every row and every column
+    slice starts aligned: a row of 8 k values of 2 or 4 bytes is a multiple of 16 bytes)."""
+    return matrix.shape[1] % OCTET == 0 and matrix.ptr % VECTOR_BYTES == 0 and matrix.is_c_contiguous
 
 
 def default_lanes(K: int, N: int, itemsize: int) -> int:
@@ -295,8 +331,9 @@ class PreparedSegments:
         n_segments = self.plan_arrays[0].shape[0] - 1
         blocks, item_blocks, slices_per_panel, n_slices = grid_shape(n_segments, K, N, lanes, itemsize,
                                                                      self.panel_columns)
-        vector = reads_16_bytes(B)
-        kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm)
+        vector = whole_aligned_octets(B)
+        kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
+                                 whole_aligned_octets(C))
         launch = PackedLaunch(kernel, block=THREADS)
         operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C,
                     item_blocks, slices_per_panel, n_slices)

@@ -174,3 +174,23 @@ def test_refused_without_experimental():
     A = formats.CSR.from_scipy(sp.random_array((64, 64), density=0.1, rng=0, format="csr"))
     with pytest.raises(ValueError, match="experimental"):
         SpMMOperator(A, format="csr", kernel="segments")
+
+
+@pytest.mark.parametrize("offset_b,offset_c", [(4, 0), (0, 2), (4, 2)], ids=["B-8-byte", "C-8-byte", "both"])
+def test_unaligned_buffers_take_the_element_paths(offset_b, offset_c):
+    """B or C starting 8 bytes past a 16-byte boundary (N = 128 still a multiple of 8): element loads /
+    scalar stores, the same product."""
+    from numba import cuda
+
+    rng = np.random.default_rng(11)
+    A = formats.CSR.from_scipy(_ragged(rng, 300, 200))
+    M, K, N = A.shape[0], A.shape[1], 128
+    B_host = rng.standard_normal((K, N)).astype(np.float16)
+    B_flat = cuda.to_device(np.concatenate([np.zeros(offset_b, np.float16), B_host.ravel()]))
+    C_flat = cuda.to_device(np.full(M * N + offset_c, np.nan, np.float32))
+    B_dev, C_dev = B_flat[offset_b:].reshape(K, N), C_flat[offset_c:].reshape(M, N)
+    operator(A)(B_dev, out=C_dev)
+    C = C_dev.copy_to_host().astype(np.float64)
+    ref = sp.csr_array(A.to_scipy()).astype(np.float64) @ B_host.astype(np.float64)
+    assert not np.isnan(C).any()
+    assert np.allclose(C, ref, rtol=1e-4, atol=1e-4)
