@@ -36,7 +36,7 @@ class SegmentPlan:
     piece_begin: np.ndarray     # int32 [n_pieces + 1]: piece p is nonzeros piece_begin[p] ... piece_begin[p + 1] - 1
     piece_row: np.ndarray       # int32 [n_pieces]: the row of A (and C) of each piece
     piece_flush: np.ndarray     # int32 [n_pieces]: KEEP, STORE or ADD after the piece
-    segment_piece: np.ndarray   # int32 [n_segments + 1]: segment s is pieces segment_piece[s] ... segment_piece[s + 1] - 1
+    segment_piece: np.ndarray   # int32 [n_segments + 1]: segment s is pieces segment_piece[s] ... [s + 1] - 1
 
     @property
     def n_pieces(self) -> int:

@@ -36,7 +36,8 @@ def test_plan_covers_every_nonzero_once(name, group, segment_pieces, split):
     assert ((plan.piece_begin[:-1] >= A.indptr[rows]) & (plan.piece_begin[1:] <= A.indptr[rows + 1])).all()
     assert np.array_equal(np.unique(rows), np.arange(A.shape[0]))          # every row, empty ones too
     starts = plan.segment_piece[:-1]
-    assert plan.segment_piece[0] == 0 and plan.segment_piece[-1] == plan.n_pieces and (np.diff(plan.segment_piece) > 0).all()
+    assert plan.segment_piece[0] == 0 and plan.segment_piece[-1] == plan.n_pieces
+    assert (np.diff(plan.segment_piece) > 0).all()
     if split:
         assert np.diff(plan.segment_piece).max() <= segment_pieces
     else:

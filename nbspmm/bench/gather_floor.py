@@ -147,9 +147,11 @@ def main(argv=None) -> int:
     l2_tbps = args.l2_tbps if args.l2_tbps is not None else measure_l2_copy_tbps()
     rows = floor_rows(results.load(args.results), l2_tbps, dict(args.hit_rate))
     print(f"gather floor: DRAM at the bench's copy rate, L2 at {l2_tbps:.2f} TB/s (copy of {L2_BUFFER_BYTES >> 20} MB)")
-    print(f"{'case':<40} {'candidate':<16} {'time us':>9} {'h max':>6} {'floor us':>9} {'frac':>6} {'h meas':>7} {'frac':>6}")
+    print(f"{'case':<40} {'candidate':<16} {'time us':>9} {'h max':>6} {'floor us':>9} {'frac':>6} "
+          f"{'h meas':>7} {'frac':>6}")
     for r in rows:
-        measured = (f"{r['measured_hit_rate']:7.2f} {r['fraction_at_measured']:6.2f}" if "measured_hit_rate" in r else "")
+        measured = (f"{r['measured_hit_rate']:7.2f} {r['fraction_at_measured']:6.2f}"
+                    if "measured_hit_rate" in r else "")
         print(f"{r['case']:<40} {r['candidate']:<16} {r['median_us']:9.1f} {r['compulsory_hit_rate']:6.2f} "
               f"{r['floor_us']:9.1f} {r['fraction']:6.2f} {measured}")
     return 0

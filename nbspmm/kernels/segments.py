@@ -188,8 +188,9 @@ def _make_flush(out_kind: str, vector_store: bool):
         if vector_store and not add:
             if octet * OCTET < N:
                 for h in range(2):
-                    store_vector(C, row, octet * OCTET + h * half, (convert(acc[h * half]), convert(acc[h * half + 1]),
-                                                                    convert(acc[h * half + 2]), convert(acc[h * half + 3])))
+                    first = h * half
+                    store_vector(C, row, octet * OCTET + first, (convert(acc[first]), convert(acc[first + 1]),
+                                                                 convert(acc[first + 2]), convert(acc[first + 3])))
         else:
             for i in range(OCTET):
                 col = octet * OCTET + i
@@ -381,7 +382,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
 register(KernelSpec(
     name="csr-segments",
     description="CSR SpMM on CUDA cores by row segments (EXPERIMENTAL): pieces of 4 nonzeros, the next "
-                "piece's indices loaded while B rows are in flight, 16-byte B loads, L2 column panels; fp16 in, fp32 out",
+                "piece's indices loaded while B rows are in flight, 16-byte B loads, L2 column panels; "
+                "fp16 in, fp32 out",
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.128", "FFMA", "RED"),
 ))
