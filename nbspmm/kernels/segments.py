@@ -17,7 +17,10 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   (or write) the 8 values one by one.
 * **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
   grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
-  as wide as fits B's K rows into L2 (``L2_BYTES``), so the random row gathers of a panel hit L2.
+  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
+  columns) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
+
+Not measured yet: which of these pay, and by how much (``scripts/tune.py segments``).
 """
 from __future__ import annotations
 
@@ -216,7 +219,7 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
         segment = item_block * int32(segments_per_block) + int32(cuda.threadIdx.x // lanes)
         if segment >= segment_piece.shape[0] - 1:   # no warp-wide operation follows: lanes may leave
             return
-        octet = column_slice * int32(lanes) + int32(cuda.threadIdx.x % lanes)    # this lane's columns 8 octet ... + 7
+        octet = column_slice * int32(lanes) + int32(cuda.threadIdx.x % lanes)    # columns 8 octet ... + 7
         idx = cuda.local.array(GROUP, int32)          # registers, once unrolled: every index a constant
         val = cuda.local.array(GROUP, float32)
         next_val = cuda.local.array(GROUP, float32)
