@@ -362,9 +362,10 @@ def part_rows(timer) -> list[dict]:
 
 SEGMENTS_MATRICES = ("rmat-s20-8.4M", "uniform-1048576x1048576-8.4M", "replica-pubmed-x45")
 NO_PANELS = 1 << 30                  # one panel of every column: slices side by side, as the row kernel
-SEGMENTS_CONFIGS = ({}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"segment_pieces": 32}, {"lanes": 8},
-                    {"lanes": 16}, {"lanes": 8, "panel_columns": NO_PANELS}, {"lanes": 16, "panel_columns": NO_PANELS},
-                    {"min_blocks_per_sm": 4})
+# The default first (4 lanes, 32-column panels at K = 2^20); each lane count with and without panels.
+SEGMENTS_CONFIGS = ({}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"segment_pieces": 32},
+                    {"lanes": 4, "panel_columns": NO_PANELS}, {"lanes": 8}, {"lanes": 8, "panel_columns": NO_PANELS},
+                    {"lanes": 16}, {"lanes": 16, "panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4})
 
 
 def part_segments(timer) -> list[dict]:
