@@ -39,10 +39,12 @@ from nbspmm import interop     # the caller's framework and stream (imports no t
 KERNELS = {format_name: registry.products(format_name) for format_name in ("bcsr", "wcsr", "csr")}
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
-# experimental=True, so that nobody runs them by accident. Empty now: the ping-pong schedules (ordered
-# turns), the swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the
-# GPU suite and compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de).
-UNVERIFIED: dict[tuple[str, str], str] = {}
+# experimental=True, so that nobody runs them by accident. The ping-pong schedules (ordered turns), the
+# swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the GPU suite and
+# compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de); the segment kernel has not run yet.
+UNVERIFIED: dict[tuple[str, str], str] = {
+    ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) has not yet run on the H200",
+}
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None):
     """(format name, built format, the auto Choice or None)."""

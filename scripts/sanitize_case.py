@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
 kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
-wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows (plain "wcsr" is wcsr-ws).
+wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -30,7 +30,9 @@ if fmt_name == "bcsr":
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 2} if persistent else {}), **options)
 elif fmt_name == "csr":
     A = formats.CSR.from_scipy(dense, dtype=np.float16)
-    op = SpMMOperator(A, kernel=variant or "rows", experimental=True, max_nonzeros=8)   # rows cut into items
+    # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
+    options = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64} if variant == "segments" else {"max_nonzeros": 8}
+    op = SpMMOperator(A, kernel=variant or "rows", experimental=True, **options)
 else:
     window_rows = 16 if variant == "swapped" else 64               # the swapped orientation's short windows
     A = formats.WCSR.from_scipy(dense, window_rows=window_rows, tile_cols=16, dtype=np.float16)

@@ -2,7 +2,7 @@
 """Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
-    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [rows] [host] [epilogue] [block32]
+    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -20,6 +20,11 @@
   rows   the CSR row kernel (CUDA cores) on the scattered paper-scale matrices, N = 128: its tuning
          knobs (loads in flight per lane ``unroll``, register budget ``min_blocks_per_sm``, 8-byte word
          loads of B or element loads), with cuSPARSE CSR (torch, fp16) timed on the same data;
+  segments  the CSR segment kernel (experimental) on the 2^20-row R-MAT and uniform matrices and the
+         pubmed replica, N = 128: pieces per segment ``segment_pieces``, lanes per segment ``lanes``
+         (rows per warp 32 / lanes), L2 column panels ``panel_columns`` (the default from L2 against one
+         panel of all N), register budget ``min_blocks_per_sm``; the row kernel and cuSPARSE CSR
+         (torch, fp16) timed on the same data;
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
 
@@ -356,8 +361,35 @@ def part_rows(timer) -> list[dict]:
     return rows
 
 
-PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows, "host": part_host,
-         "epilogue": part_epilogue, "block32": part_block32}
+SEGMENTS_MATRICES = ("rmat-s20-8.4M", "uniform-1048576x1048576-8.4M", "replica-pubmed-x45")
+NO_PANELS = 1 << 30                  # one panel of every column: slices side by side, as the row kernel
+# The default first (4 lanes, 32-column panels at K = 2^20); each lane count with and without panels.
+SEGMENTS_CONFIGS = ({}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"segment_pieces": 32},
+                    {"lanes": 4, "panel_columns": NO_PANELS}, {"lanes": 8}, {"lanes": 8, "panel_columns": NO_PANELS},
+                    {"lanes": 16}, {"lanes": 16, "panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4})
+
+
+def part_segments(timer) -> list[dict]:
+    """The segment kernel's knobs (SEGMENTS_CONFIGS) on the scattered 2^20-row matrices, with the row kernel
+    and cuSPARSE for scale."""
+    specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform", "replica"))}
+    rows = []
+    for label in SEGMENTS_MATRICES:
+        built = specs[label].build()
+        matrix = built.matrix if isinstance(built, suites.LoadedMatrix) else built
+        case = Case(f"{label}/N=128", sp.csr_matrix(matrix), 128)
+        rows.append(time_cusparse(case, timer))
+        rows.append(time_operator(case, timer, format="csr"))
+        for config in SEGMENTS_CONFIGS:
+            rows.append(time_operator(case, timer, format="csr", kernel="segments", **config))
+        del case
+        gpu.import_torch().cuda.empty_cache()
+    print_rows("CSR segment kernel: segment length, rows per warp, L2 panels, registers (row kernel, cuSPARSE)", rows)
+    return rows
+
+
+PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
+         "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32}
 
 
 def main() -> int:

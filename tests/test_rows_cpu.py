@@ -99,7 +99,7 @@ def test_api_builds_csr_for_format_csr():
     name, fmt, _ = api._build_format(sp.random_array((10, 12), density=0.3, rng=0), "csr", np.float16, (64, 64), 64, 16)
     assert name == "csr" and isinstance(fmt, formats.CSR) and fmt.dtype == np.float16
     assert api._build_format(fmt, "auto", None, (64, 64), 64, 16) == ("csr", fmt, None)
-    assert list(api.KERNELS["csr"]) == ["rows"]
+    assert list(api.KERNELS["csr"]) == ["rows", "segments"]      # the default first; "segments" is experimental
 
 
 def test_f16_bits_widen_by_cvt():

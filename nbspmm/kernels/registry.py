@@ -38,6 +38,7 @@ _KERNEL_MODULES = (
     "nbspmm.kernels.teaching",
     "nbspmm.kernels.baseline",
     "nbspmm.kernels.rows",
+    "nbspmm.kernels.segments",
     "nbspmm.kernels.bcsr",
     "nbspmm.kernels.wcsr",
 )

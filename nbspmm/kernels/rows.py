@@ -75,7 +75,7 @@ HELPER_THREADS = 256
 HALF_BITS = 16                    # one 16-bit value in the 64-bit word: value i is bits [16 i, 16 i + 16)
 
 
-def _make_put(out_kind: str):
+def make_put(out_kind: str):
     """put(C, row, col, value, shared): store the fp32 value (converted), or add it atomically when the
     row is cut into several items (fp32 only; a 16-bit output never has cut rows)."""
     store = make_storer(out_kind)
@@ -134,7 +134,7 @@ def lanes_per_item(N: int) -> int:
 def kernel_function(in_kind: str, out_kind: str, words: bool = True, unroll: int = UNROLL, lanes: int = WARP):
     if lanes not in LANE_GROUPS:
         raise ValueError(f"lanes per item must be one of {LANE_GROUPS}, got {lanes}")
-    load, put, load_quad = make_loader(in_kind), _make_put(out_kind), _make_quad_loader(in_kind, words)
+    load, put, load_quad = make_loader(in_kind), make_put(out_kind), _make_quad_loader(in_kind, words)
     zero = float32(0.0)
     items_per_block = THREADS // lanes
 

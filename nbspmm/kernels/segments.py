@@ -1,0 +1,393 @@
+"""CSR SpMM on CUDA cores by row segments: balanced work, 16-byte loads, pipelined indices, L2 panels.
+
+Experimental (``api.UNVERIFIED``) until its GPU tests pass on the H200. What it changes against the row
+kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
+
+* **Segments** (``formats.segments``): the nonzeros in CSR order are cut into pieces of at most
+  ``GROUP`` nonzeros of one row, and runs of at most ``segment_pieces`` pieces form a segment, one
+  lane group's work. Short rows are packed several to a segment (one lane group walks them in turn);
+  a long row is split over segments whose sums are added into C with fp32 atomics (its rows zeroed
+  first; with a 16-bit output no row is split). Every segment costs about the same.
+* **Pipelined indices**: while a piece's B rows are in flight, the lanes already load the next piece's
+  column indices and values, and the row pointer of the one after: a row of 4 nonzeros is no longer a
+  chain of dependent loads (pointer -> indices -> B rows) of its own.
+* **16-byte loads**: a lane owns 8 consecutive columns of C and reads them as one 16-byte load (two
+  8-byte words of 16-bit values; ``LDG.E.128``), and stores them as two vector stores (``STG.E.128``
+  in fp32). Where N is not a multiple of 8 (or B's or C's start not 16-byte aligned) the lanes read
+  (or write) the 8 values one by one.
+* **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
+  grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
+  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
+  columns) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
+
+Not measured yet: which of these pay, and by how much (``scripts/tune.py segments``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+from numba import cuda, float32, int32, types, uint16, uint32, uint64
+from numba.core import cgutils
+from numba.cuda.extending import intrinsic
+
+import formats
+from formats.segments import ADD, KEEP, segment_plan
+from nbspmm.kernels import rows
+from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
+from nbspmm.kernels.registry import KernelSpec, register
+
+WARP = rows.WARP
+OCTET = 8                         # consecutive columns of C per lane: one 16-byte load of 16-bit B values
+VECTOR_BYTES = 16                 # the octet's bytes: two 8-byte words
+WORDS_PER_LOAD = VECTOR_BYTES // rows.WORD_BYTES
+VALUES_PER_WORD = OCTET // WORDS_PER_LOAD
+HALF_BITS = rows.HALF_BITS
+GROUP = 4                         # nonzeros per piece: B loads a lane issues before it multiplies
+THREADS = 256                     # 8 warps per thread block
+# Resident blocks per SM the register budget must allow: 3 × 256 threads × 85 registers fill the 64 K
+# register file. At 4 blocks (64 registers) ptxas issues only 3 of a piece's 4 B loads before its first
+# FFMA (python -m nbspmm sass csr-segments); scripts/tune.py segments measures both.
+MIN_BLOCKS_PER_SM = 3
+LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
+# Lanes per segment: 4 lanes cover 32 columns ... a warp 256 (rows per warp: 8, 4, 2, 1).
+LANE_GROUPS = (4, 8, 16, WARP)
+SEGMENT_PIECES = 8                # pieces per segment: at most 32 nonzeros
+L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
+# Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
+POINTER_PAD = 2
+
+
+@intrinsic
+def load_16_bytes(typingctx, words, row, pair):
+    """(word 2 pair, word 2 pair + 1) of row `row` of a C-contiguous 2-D uint64 array, as one 16-byte
+    aligned vector load (``ld.global.v2.u64``; the caller guarantees the alignment)."""
+    if not (isinstance(words, types.Array) and words.dtype == types.uint64 and words.ndim == 2):
+        raise TypeError(f"load_16_bytes takes a 2-D uint64 array, got {words}")
+    result = types.UniTuple(types.uint64, WORDS_PER_LOAD)
+
+    def codegen(context, builder, signature, args):
+        array_type, row_type, pair_type = signature.args
+        array = context.make_array(array_type)(context, builder, args[0])
+        at_row = context.cast(builder, args[1], row_type, types.intp)
+        at_word = builder.mul(context.cast(builder, args[2], pair_type, types.intp),
+                              ir.Constant(at_row.type, WORDS_PER_LOAD))
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [at_row, at_word])
+        vector_type = ir.VectorType(ir.IntType(64), WORDS_PER_LOAD)
+        vector = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=VECTOR_BYTES)
+        parts = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in range(WORDS_PER_LOAD)]
+        return context.make_tuple(builder, result, parts)
+
+    return result(words, row, pair), codegen
+
+
+def _make_octet_loader(vector: bool):
+    """load_octet(B, k, octet, raw, u): the 16-bit values B[k, 8 octet + i], i < 8, into the two words
+    raw[u, 0] (values 0-3) and raw[u, 1] (4-7), kept packed until they are multiplied (16 registers for
+    a piece's B rows instead of 32). No branch: a lane past N reads the last octet or column instead (its
+    sums are never stored). vector=True: B as rows of uint64 words, one 16-byte load; False: B as
+    uint16 bits, eight 2-byte loads packed into the words."""
+    if vector:
+        @cuda.jit(device=True, forceinline=True)
+        def load_octet_vector(B, k, octet, raw, u):
+            raw[u, 0], raw[u, 1] = load_16_bytes(B, k, min(octet, B.shape[1] // WORDS_PER_LOAD - 1))
+        return load_octet_vector
+
+    @cuda.jit(device=True, forceinline=True)
+    def load_octet(B, k, octet, raw, u):
+        last = B.shape[1] - 1
+        for half in range(WORDS_PER_LOAD):
+            word = uint64(0)
+            for i in range(VALUES_PER_WORD):
+                bits = uint64(B[k, min(octet * OCTET + half * VALUES_PER_WORD + i, last)])
+                word |= bits << uint64(HALF_BITS * i)
+            raw[u, half] = word
+    return load_octet
+
+
+def _make_unpack(in_kind: str):
+    """unpack(raw, u, i) -> value i (< 8) of the octet in raw[u, :], as float32."""
+    widen = make_widener(in_kind)
+
+    @cuda.jit(device=True, forceinline=True)
+    def unpack(raw, u, i):
+        return widen(uint16(raw[u, i // VALUES_PER_WORD] >> uint64(HALF_BITS * (i % VALUES_PER_WORD))))
+    return unpack
+
+
+def panel_position(block, item_blocks, slices_per_panel, n_slices):
+    """(column slice, block of segments) of thread block `block` in panel order: the blocks of panel 0
+    (its slices × every block of segments) first, then panel 1, ...; the last panel may be narrower.
+    In 32-bit unsigned arithmetic (numba widens other integer products and quotients to 64 bits)."""
+    block, item_blocks, slices_per_panel, n_slices = uint32(block), uint32(item_blocks), uint32(slices_per_panel), \
+        uint32(n_slices)
+    panel_blocks = uint32(item_blocks * slices_per_panel)
+    panel = uint32(block // panel_blocks)
+    first_slice = uint32(panel * slices_per_panel)
+    width = min(slices_per_panel, uint32(n_slices - first_slice))
+    within = uint32(block - uint32(panel * panel_blocks))
+    return int32(first_slice + uint32(within % width)), int32(within // width)
+
+
+_panel_position = cuda.jit(device=True, forceinline=True)(panel_position)
+
+
+def _make_fetch(in_kind: str):
+    """fetch(indices, data, begin, end, idx, val) -> count: the piece's (at most GROUP) column indices
+    and values into registers; a missing one re-reads a valid nonzero and gets the value 0."""
+    load = make_loader(in_kind)
+    zero = float32(0.0)
+
+    @cuda.jit(device=True, forceinline=True)
+    def fetch(indices, data, begin, end, idx, val):
+        for u in range(GROUP):
+            nz = begin + int32(u)                       # int32 index arithmetic: half the registers
+            at = max(min(nz, end - int32(1)), int32(0))   # indices holds at least one entry
+            idx[u] = indices[at]
+            a = load(data[at])
+            val[u] = a if nz < end else zero
+        return end - begin
+    return fetch
+
+
+@intrinsic
+def store_vector(typingctx, array, row, col, values):
+    """array[row, col + i] = values[i] for the tuple's n values, as one vector store aligned to its n
+    elements (``st.global.v4``; the caller guarantees the alignment)."""
+    if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(values, types.UniTuple)
+            and values.dtype == array.dtype):
+        raise TypeError(f"store_vector takes a 2-D array and a tuple of its element type, got {array}, {values}")
+
+    def codegen(context, builder, signature, args):
+        array_type, row_type, col_type, values_type = signature.args
+        target = context.make_array(array_type)(context, builder, args[0])
+        at = [context.cast(builder, value, ty, types.intp) for value, ty in ((args[1], row_type), (args[2], col_type))]
+        pointer = cgutils.get_item_pointer(context, builder, array_type, target, at)
+        vector_type = ir.VectorType(context.get_value_type(array_type.dtype), values_type.count)
+        vector = ir.Constant(vector_type, ir.Undefined)
+        for i in range(values_type.count):
+            vector = builder.insert_element(vector, builder.extract_value(args[3], i), ir.Constant(ir.IntType(32), i))
+        builder.store(vector, builder.bitcast(pointer, vector_type.as_pointer()),
+                      align=values_type.count * context.get_abi_sizeof(context.get_value_type(array_type.dtype)))
+        return context.get_dummy_value()
+
+    return types.void(array, row, col, values), codegen
+
+
+def _make_flush(out_kind: str, vector_store: bool):
+    """flush(C, row, octet, acc, add): C[row, 8 octet + i] = acc[i] (or += atomically), acc[i] = 0.
+    vector_store=True (N a multiple of 8, C 16-byte aligned): a stored octet is written as two vector
+    stores of 4 values (16 bytes each in fp32) instead of 8 scalar ones; added sums stay scalar atomics."""
+    put, convert = rows.make_put(out_kind), make_storer(out_kind)
+    zero = float32(0.0)
+    half = OCTET // 2
+
+    @cuda.jit(device=True, forceinline=True)
+    def flush(C, row, octet, acc, add):
+        N = C.shape[1]
+        if vector_store and not add:
+            if octet * OCTET < N:
+                for h in range(2):
+                    first = h * half
+                    store_vector(C, row, octet * OCTET + first, (convert(acc[first]), convert(acc[first + 1]),
+                                                                 convert(acc[first + 2]), convert(acc[first + 3])))
+        else:
+            for i in range(OCTET):
+                col = octet * OCTET + i
+                if col < N:
+                    put(C, row, col, acc[i], add)
+        for i in range(OCTET):
+            acc[i] = zero
+    return flush
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16, vector_store: bool = True):
+    if lanes not in LANE_GROUPS:
+        raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
+    load_octet, unpack = _make_octet_loader(vector), _make_unpack(in_kind)
+    fetch, flush = _make_fetch(in_kind), _make_flush(out_kind, vector_store)
+    zero = float32(0.0)
+    segments_per_block = THREADS // lanes
+
+    def csr_segments(segment_piece, piece_begin, piece_row, piece_flush, indices, data, B, C,
+                     item_blocks, slices_per_panel, n_slices):
+        column_slice, item_block = _panel_position(cuda.blockIdx.x, item_blocks, slices_per_panel, n_slices)
+        segment = item_block * int32(segments_per_block) + int32(cuda.threadIdx.x // lanes)
+        if segment >= segment_piece.shape[0] - 1:   # no warp-wide operation follows: lanes may leave
+            return
+        octet = column_slice * int32(lanes) + int32(cuda.threadIdx.x % lanes)    # columns 8 octet ... + 7
+        idx = cuda.local.array(GROUP, int32)          # registers, once unrolled: every index a constant
+        val = cuda.local.array(GROUP, float32)
+        next_val = cuda.local.array(GROUP, float32)
+        raw = cuda.local.array((GROUP, WORDS_PER_LOAD), uint64)
+        acc = cuda.local.array(OCTET, float32)
+        for i in range(OCTET):
+            acc[i] = zero
+        first = segment_piece[segment]
+        end = piece_begin[first + int32(1)]                  # the current piece ends where the next begins
+        after = piece_begin[first + int32(2)]                # ... which ends here
+        count = fetch(indices, data, piece_begin[first], end, idx, val)
+        for piece in range(first, segment_piece[segment + 1]):
+            piece = int32(piece)
+            for u in range(GROUP):                    # the piece's B rows: all GROUP loads in flight
+                load_octet(B, idx[u], octet, raw, u)
+            # While they are: the next piece's indices and values, and the pointer after it.
+            next_count = fetch(indices, data, end, after, idx, next_val)
+            further = piece_begin[piece + int32(POINTER_PAD + 1)]
+            for u in range(GROUP):
+                keep = int32(u) < count                     # a missing nonzero: both factors 0 (never 0 · Inf)
+                for i in range(OCTET):
+                    acc[i] += val[u] * (unpack(raw, u, i) if keep else zero)
+            action = piece_flush[piece]
+            if action != KEEP:
+                flush(C, piece_row[piece], octet, acc, action == ADD)
+            for u in range(GROUP):
+                val[u] = next_val[u]
+            count, end, after = next_count, after, further
+
+    return csr_segments
+
+
+def signature(in_kind: str, out_kind: str, vector: bool = True):
+    from numba import from_dtype
+
+    elem_in = from_dtype(DEVICE_DTYPE[in_kind])
+    i32 = types.int32[::1]
+    b_elem = types.uint64 if vector else types.uint16
+    return (i32, i32, i32, i32, i32, elem_in[::1], types.Array(b_elem, 2, "C"),
+            types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.int32, types.int32, types.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
+                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, vector_store: bool = True):
+    return cuda.jit(signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
+        kernel_function(in_kind, out_kind, vector, lanes, vector_store))
+
+
+def whole_aligned_octets(matrix) -> bool:
+    """Whether a C-contiguous DeviceMatrix (B, or C) can be accessed an octet at a time by vector
+    loads / stores: whole octets per row and a 16-byte aligned start (then every row and every column
+    slice starts aligned: a row of 8 k values of 2 or 4 bytes is a multiple of 16 bytes)."""
+    return matrix.shape[1] % OCTET == 0 and matrix.ptr % VECTOR_BYTES == 0 and matrix.is_c_contiguous
+
+
+def default_lanes(K: int, N: int, itemsize: int) -> int:
+    """Lanes per segment: as few as cover N's octets, fewer while a slice of B (K rows × lanes · 8
+    columns) would not fit L2 — down to 4 lanes (32 columns)."""
+    covering = next((lanes for lanes in LANE_GROUPS if N <= lanes * OCTET), WARP)
+    fitting = [lanes for lanes in LANE_GROUPS if K * lanes * OCTET * itemsize <= L2_BYTES]
+    return min(covering, max(fitting, default=LANE_GROUPS[0]))
+
+
+def grid_shape(n_segments: int, K: int, N: int, lanes: int, itemsize: int, panel_columns: int | None = None):
+    """(thread blocks, blocks of segments, column slices per panel, column slices). A panel is
+    `panel_columns` wide (None: as many columns as fit K rows of B into L2), whole slices, at least one."""
+    slice_cols = lanes * OCTET
+    n_slices = max(1, math.ceil(N / slice_cols))
+    if panel_columns is None:
+        panel_columns = L2_BYTES // max(1, K * itemsize)
+    slices_per_panel = min(n_slices, max(1, panel_columns // slice_cols))
+    item_blocks = math.ceil(n_segments / (THREADS // lanes))
+    return item_blocks * n_slices, item_blocks, slices_per_panel, n_slices
+
+
+@dataclass
+class PreparedSegments:
+    """Device copy of a formats.CSR and its segment plan; products bound per (B, C) pair."""
+    name: str
+    shape: tuple
+    in_kind: str
+    out_kind: str
+    plan_arrays: tuple            # device (segment_piece, piece_begin padded, piece_row, piece_flush)
+    shared_rows: object           # device int32 rows split over segments (None: none)
+    arrays: tuple                 # device (indices, data)
+    lanes: int | None = None      # lanes per segment (None: default_lanes by K, N)
+    panel_columns: int | None = None
+    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM
+
+    def __post_init__(self):
+        from nbspmm.kernels.prepared import BoundCache
+
+        self.bound_cache = BoundCache(self.bind)
+
+    def bind(self, B, C):
+        from nbspmm.kernels.prepared import BoundProduct
+        from nbspmm.launch import DeviceMatrix, PackedLaunch
+
+        B = (B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)).detached()
+        C = (C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)).detached()
+        (M, N), K = C.shape, self.shape[1]
+        if M == 0 or N == 0:
+            return BoundProduct([], ())
+        steps = []
+        if self.shared_rows is not None:
+            zero = PackedLaunch(rows.zero_kernel(self.out_kind), block=rows.HELPER_THREADS)
+            zero.set(0, C)
+            zero.set(1, self.shared_rows)
+            steps.append((zero, math.ceil(self.shared_rows.shape[0] * N / rows.HELPER_THREADS)))
+        itemsize = ITEMSIZE[self.in_kind]
+        lanes = self.lanes or default_lanes(K, N, itemsize)
+        n_segments = self.plan_arrays[0].shape[0] - 1
+        blocks, item_blocks, slices_per_panel, n_slices = grid_shape(n_segments, K, N, lanes, itemsize,
+                                                                     self.panel_columns)
+        vector = whole_aligned_octets(B)
+        kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
+                                 whole_aligned_octets(C))
+        launch = PackedLaunch(kernel, block=THREADS)
+        operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C,
+                    item_blocks, slices_per_panel, n_slices)
+        for index, value in enumerate(operands):
+            launch.set(index, value)
+        steps.append((launch, blocks))
+        return BoundProduct(steps, ())
+
+    def launch(self, B, C, stream=None):
+        from nbspmm.kernels.prepared import launch_cached
+
+        launch_cached(self, B, C, stream)     # stream: a CUstream, None = the legacy default stream
+
+
+def device_plan(plan) -> tuple:
+    """The plan's arrays as the kernel reads them (host numpy): the row pointers padded by POINTER_PAD
+    copies of the last one, so that the pipeline's look-ahead stays inside the array."""
+    padded = np.append(plan.piece_begin, np.full(POINTER_PAD, plan.piece_begin[-1])).astype(np.int32)
+    return plan.segment_piece, padded, plan.piece_row, plan.piece_flush
+
+
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
+            lanes: int | None = None, panel_columns: int | None = None,
+            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM) -> PreparedSegments:
+    """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
+    warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
+    over segments only with an fp32 output (their sums meet in fp32 atomics)."""
+    if not isinstance(fmt, formats.CSR):
+        raise TypeError(f"the segment kernel takes a formats.CSR; got {type(fmt).__name__}")
+    if lanes is not None and lanes not in LANE_GROUPS:
+        raise ValueError(f"lanes must be one of {LANE_GROUPS} or None, got {lanes!r}")
+    if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
+        raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
+    plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
+                        split_rows=out_kind == "f32")
+    indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
+    data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
+    to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
+    shared = plan.shared_rows
+    return PreparedSegments("csr-segments", tuple(fmt.shape), in_kind, out_kind,
+                            tuple(to_device(a) for a in device_plan(plan)), to_device(shared) if shared.size else None,
+                            (to_device(indices), to_device(data)), lanes, panel_columns, min_blocks_per_sm)
+
+
+register(KernelSpec(
+    name="csr-segments",
+    description="CSR SpMM on CUDA cores by row segments (EXPERIMENTAL): pieces of 4 nonzeros, the next "
+                "piece's indices loaded while B rows are in flight, 16-byte B loads, L2 column panels; "
+                "fp16 in, fp32 out",
+    build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
+    expected_sass=("LDG.E.128", "FFMA", "RED"),
+    formats=("csr",), variant="segments", prepare=prepare,
+))
