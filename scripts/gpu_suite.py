@@ -77,10 +77,18 @@ def environment(out: Path) -> list[tuple[str, str, str]]:
     return [("environment", "info", " | ".join(l.replace("\n", "; ") for l in lines)[:200])]
 
 
-def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400) -> list[tuple[str, str, str]]:
+# Modules that take longest start first, so that `jobs` parallel processes finish together.
+SLOW_MODULES_FIRST = ("test_bcsr_gpu", "test_fuzz_gpu", "test_wcsr_gpu", "test_torch_gpu", "test_api_gpu")
+MIN_MODULE_START_S = 30           # do not start a test module with less time than this before the deadline
+
+
+def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400,
+              deadline: float | None = None) -> list[tuple[str, str, str]]:
     """One pytest process per test module: a kernel fault leaves a CUDA context unusable (a "sticky"
     error), so a fault in one module must not fail every module after it. `jobs` modules run at once
-    (each process has its own CUDA context; most of a module's time is compiling kernels on the CPU)."""
+    (each process has its own CUDA context; most of a module's time is compiling kernels on the CPU).
+    No module starts within MIN_MODULE_START_S of ``deadline`` (a time.time() value; listed NOT RUN),
+    and none runs past it, so the summary gets out before the device's limit."""
     from concurrent.futures import ThreadPoolExecutor
 
     env = dict(os.environ, NBSPMM_REQUIRE_GPU="1", PYTHONUNBUFFERED="1")
@@ -92,17 +100,27 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400)
     # tests/gpu/ holds the GPU tests; a CPU test module may carry a few `gpu`-marked tests too.
     modules = sorted((REPO / "tests" / "gpu").glob("test_*.py")) + sorted(
         p for p in (REPO / "tests").glob("test_*.py") if "mark.gpu" in p.read_text())
+    modules.sort(key=lambda m: SLOW_MODULES_FIRST.index(m.stem) if m.stem in SLOW_MODULES_FIRST
+                 else len(SLOW_MODULES_FIRST))                  # stable: alphabetical after the slow ones
+
     def run_module(module):
+        budget = timeout if deadline is None else min(timeout, deadline - time.time())
+        if budget < MIN_MODULE_START_S:
+            return None
         xml_path = xml_dir / f"{module.stem}.xml"
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-rfEs", "-q", "-p", "no:cacheprovider",
                f"--junitxml={xml_path}", str(module.relative_to(REPO))]
         if pattern:
             cmd += ["-k", pattern]
-        return run_logged(cmd, xml_dir / f"{module.stem}.log", env=env, timeout=timeout)
+        return run_logged(cmd, xml_dir / f"{module.stem}.log", env=env, timeout=budget)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(run_module, modules))
-    for module, (rc, secs) in zip(modules, results):
+    for module, outcome in zip(modules, results):
+        if outcome is None:
+            rows.append((module.stem, "NOT RUN", "the deadline came first: run it in another call"))
+            continue
+        rc, secs = outcome
         xml_path = xml_dir / f"{module.stem}.xml"
         module_log = xml_dir / f"{module.stem}.log"
         with open(log_all, "a") as f:
@@ -259,10 +277,12 @@ def notebooks(out: Path, pattern: str = "*", directory: Path = NOTEBOOK_DIR, tim
     return rows
 
 
-def bench(out: Path, suite: str, extra: list[str]) -> list[tuple[str, str, str]]:
-    result = out / f"bench_{suite}.json"
+def bench(out: Path, suite: str, extra: list[str], index: int = 0) -> list[tuple[str, str, str]]:
+    """One `python -m nbspmm bench` run; the index tells several runs of one suite apart."""
+    name = f"{suite}-{index}" if index else suite
+    result = out / f"bench_{name}.json"
     cmd = [sys.executable, "-m", "nbspmm", "bench", "--suite", suite, "--out", str(result)] + extra
-    rc, secs = run_logged(cmd, out / f"bench_{suite}.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=540)
+    rc, secs = run_logged(cmd, out / f"bench_{name}.log", env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=540)
     return [(f"bench {suite}", "PASS" if rc == 0 else f"FAIL rc={rc}", f"{secs:.0f} s, {result.name}")]
 
 
@@ -284,21 +304,23 @@ def main() -> int:
     parser.add_argument("--notebooks", nargs="?", const="*", default=None, metavar="GLOB",
                         help="execute the notebooks (all, or those whose file name matches GLOB) with the GPU")
     parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
-                        help="seconds after the start after which --notebooks starts no notebook and stops a "
-                             f"running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
+                        help="seconds after the start after which --tests and --notebooks start no module / "
+                             f"notebook and stop a running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
     args = parser.parse_args()
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = environment(args.out)
     if args.tests is not None:
-        rows += gpu_tests(args.out, args.tests or None, args.jobs, args.test_timeout)
+        rows += gpu_tests(args.out, args.tests or None, args.jobs, args.test_timeout,
+                          deadline=started + args.deadline_s)
     if args.sanitize is not None:
         rows += sanitize(args.out, args.jobs, args.sanitize)
     if args.record is not None:
         rows += record(args.out, args.record or None)
-    for spec in args.bench:
+    for index, spec in enumerate(args.bench):
         suite, _, extra = spec.partition(":")
-        rows += bench(args.out, suite, extra.split())
+        earlier = [s.partition(":")[0] for s in args.bench[:index]].count(suite)
+        rows += bench(args.out, suite, extra.split(), earlier)
     if args.notebooks is not None:
         rows += notebooks(args.out, args.notebooks, deadline=started + args.deadline_s)
     width = max(len(r[0]) for r in rows)

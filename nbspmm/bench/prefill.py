@@ -32,7 +32,7 @@ ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
 COMPONENTS = ("attention", "linear", "rest")
 SCHEMA = "nbspmm-prefill/1"
-RESULT_FILE = "prefill.json"            # the recorded run, in nbspmm/bench/results/ (read by notebook 09)
+RESULT_FILE = "prefill.json"            # the recorded run, in results/ (nbspmm.datasets; read by notebook 09)
 ROW_FIELDS = ("config", "tokens", "e2e_ms", "parts_ms")
 
 
@@ -74,9 +74,10 @@ def check_record(data: dict) -> None:
 
 def recorded_result(directory=None):
     """The recorded prefill run (``RESULT_FILE`` in the recorded results folder), checked, or None."""
+    from nbspmm import datasets
     from nbspmm.teach import recorded
 
-    path = (recorded.RESULTS_DIR if directory is None else Path(directory)) / RESULT_FILE
+    path = (datasets.results_dir() if directory is None else Path(directory)) / RESULT_FILE
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
