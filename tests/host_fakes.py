@@ -68,9 +68,9 @@ class FakePrepared:
         self.launches = 0
 
     def bind(self, B, C):
-        return lambda: self.launch(B, C)
+        return lambda stream=None: self.launch(B, C, stream)
 
-    def launch(self, B, C) -> None:
+    def launch(self, B, C, stream=None) -> None:
         self.launches += 1
         b = self.device.arrays[B.ptr].host
         b = b.view(ml_dtypes.bfloat16) if self.in_kind == "bf16" else b
@@ -94,6 +94,7 @@ def fake_gpu(monkeypatch) -> FakeDevice:
         monkeypatch.setattr(cuda, name, getattr(device, name))
     monkeypatch.setattr(api, "require_hopper", lambda: "fake Hopper")
     monkeypatch.setattr(api.memory, "device_memory_info", lambda: (1 << 40, 1 << 40))
+    monkeypatch.setattr(api.interop, "synchronize", lambda stream: None)   # fake launches finish at once
 
     def prepare(fmt, in_kind, out_kind, variant=None, **options):
         return FakePrepared(fmt, in_kind, out_kind, device, variant=variant, **options)

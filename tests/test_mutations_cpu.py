@@ -2,7 +2,6 @@
 and survived): the WCSR validator checking rows past M one row late, the tile references' padding
 slots reading B row 0 instead of a zero row, the device-array B-rows check removed from
 ``api.as_device_matrix``, and the bound-product cache key without the output dtype."""
-from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -59,15 +58,15 @@ def test_device_b_with_too_few_rows_is_refused():
 def test_bound_product_cache_tells_output_dtypes_apart():
     """The same C buffer as fp16 and as bf16 bits (same pointer, shape and strides) needs two products:
     the epilogue's conversion differs."""
-    from nbspmm.kernels.prepared import launch_cached
+    from nbspmm.kernels.prepared import BoundCache, launch_cached
 
     calls = []
 
     def bind(B, C):
         calls.append(C.dtype)
-        return lambda: None
+        return lambda stream: None
 
-    prepared = SimpleNamespace(_bound=OrderedDict(), bind=bind)
+    prepared = SimpleNamespace(bound_cache=BoundCache(bind))
     B = FakeArray(0x1000, (8, 16), "<f2")
     for typestr in ("<f2", "<u2", "<f2"):
         launch_cached(prepared, B, FakeArray(0x9000, (4, 16), typestr))

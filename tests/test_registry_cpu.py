@@ -1,6 +1,6 @@
 """One kernel table: the API's kernels are the registry's, under the same variants, default first."""
 from nbspmm import api
-from nbspmm.kernels import bcsr, registry, rows, wcsr
+from nbspmm.kernels import bcsr, registry, rows, segments, wcsr
 
 
 def test_api_kernels_are_the_registry_products():
@@ -13,7 +13,8 @@ def test_api_kernels_are_the_registry_products():
     assert next(iter(api.KERNELS["bcsr"])) == bcsr.DEFAULT_VARIANT
     assert next(iter(api.KERNELS["wcsr"])) == next(iter(wcsr.VARIANTS))
     assert list(api.KERNELS["bcsr"])[-1] == list(api.KERNELS["wcsr"])[-1] == "baseline"   # fallbacks last
-    assert api.KERNELS["csr"] == {"rows": rows.prepare}
+    assert next(iter(api.KERNELS["csr"])) == "rows" and api.KERNELS["csr"]["rows"] is rows.prepare
+    assert api.KERNELS["csr"]["segments"] is segments.prepare
 
 
 def test_every_pipeline_variant_is_offered_under_its_registered_kernel():
