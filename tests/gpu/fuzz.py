@@ -33,7 +33,7 @@ CONFIG_SPACE = (
     ("wcsr", "baseline", {}),
     ("csr", "rows", {}), ("csr", "rows", {"max_nonzeros": 8}),
 )
-# N classes: each picks one tile width of the pipeline (tc_pipeline.tile_shape_for), so one compile.
+# N classes: each picks one tile width of the pipeline (nbspmm.kernels.pipeline.config.tile_shape_for), so one compile.
 N_CLASSES = {"narrow": (1, 64), "mid": (65, 128), "wide": (129, 256)}
 PATTERNS = ("uniform", "blocks", "dense-row", "empty-units", "band", "power-law", "empty")
 MAX_M, MAX_K = 700, 520

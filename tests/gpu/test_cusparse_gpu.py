@@ -52,7 +52,8 @@ class _Inputs:
 
 
 def _case(A, dtype):
-    A = sp.csr_array(A.astype(np.float16).astype(np.float64))      # values representable in the case dtype
+    A = sp.csr_array(A, dtype=np.float64, copy=True)
+    A.data = A.data.astype(np.float16).astype(np.float64)          # values representable in the case dtype
     return SimpleNamespace(m=A.shape[0], k=A.shape[1], n=N, nnz=A.nnz, dtype=dtype, csr=lambda: A), A
 
 

@@ -18,15 +18,15 @@ COMPILES_PER_CONFIG = 3
 
 @pytest.mark.gpu
 def test_fuzz_campaign():
-    from nbspmm.kernels import tc_pipeline
+    from nbspmm.kernels.pipeline import build as pipeline_build
 
     n_cases = int(os.environ.get("NBSPMM_FUZZ_CASES", "2000"))
-    compiled_before = len(tc_pipeline._COMPILED)
+    compiled_before = len(pipeline_build._COMPILED)
     saved_to = Path(os.environ.get("NBSPMM_FUZZ_REGRESSIONS", fuzz.REGRESSIONS))
     record = fuzz.campaign(n_cases=n_cases, seed=int(os.environ.get("NBSPMM_FUZZ_SEED", "2026")),
                            time_budget_s=float(os.environ.get("NBSPMM_FUZZ_BUDGET_S", "420")),
                            save=lambda case, message: fuzz.save_regression(case, message, saved_to))
-    record["pipeline_kernels_compiled"] = len(tc_pipeline._COMPILED) - compiled_before
+    record["pipeline_kernels_compiled"] = len(pipeline_build._COMPILED) - compiled_before
     if os.environ.get("NBSPMM_FUZZ_RESULTS"):
         with open(os.environ["NBSPMM_FUZZ_RESULTS"], "w") as f:
             json.dump(record, f, indent=1)
