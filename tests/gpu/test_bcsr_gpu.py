@@ -194,7 +194,7 @@ def test_tma_epilogue(variant, dtype, out, N):
     B = rng.standard_normal((K, N)).astype(dtype)
     op = operator(A, variant, out_dtype=out, epilogue="tma")
     check_product(op, A, B, out, f"{variant} tma epilogue N={N}")
-    assert op.bind(device_b(B), poisoned_output(M, N, out)).cfg.epilogue == "tma"
+    assert op.bind(device_b(B), poisoned_output(M, N, out)).product.cfg.epilogue == "tma"
 
 
 @pytest.mark.parametrize("case", ["one-dense-block-row", "empty-block-rows", "all-zero", "1x1"])
@@ -213,4 +213,4 @@ def test_tma_epilogue_falls_back_when_c_rows_are_not_16_byte_aligned():
     B = rng.standard_normal((200, 9)).astype(np.float16)
     op = operator(A, "v4", epilogue="tma")
     check_product(op, A, B, np.float32, "tma fallback N=9")
-    assert op.bind(device_b(B), poisoned_output(130, 9, np.float32)).cfg.epilogue == "registers"
+    assert op.bind(device_b(B), poisoned_output(130, 9, np.float32)).product.cfg.epilogue == "registers"
