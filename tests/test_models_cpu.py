@@ -80,3 +80,18 @@ def test_qwen_shapes():
     shapes = qwen.QWEN25_7B.linear_shapes()
     assert shapes["q"] == (3584, 3584) and shapes["k"] == (512, 3584) and shapes["down"] == (3584, 18944)
     assert qwen.QWEN25_7B.heads // qwen.QWEN25_7B.kv_heads == 7
+
+
+def test_dense_causal_attention_maps_each_query_head_to_its_kv_group():
+    """Query head h attends with KV head h // (heads / kv_heads), as enable_gqa does; a causal softmax."""
+    from nbspmm.models.qwen import dense_causal_attention
+
+    gen = torch.Generator().manual_seed(0)
+    heads, kv_heads, tokens, d = 6, 2, 9, 4
+    q, k, v = (torch.randn(1, h, tokens, d, generator=gen, dtype=torch.float64) for h in (heads, kv_heads, kv_heads))
+    got = dense_causal_attention(q, k, v)
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    for h in range(heads):
+        kv = h // (heads // kv_heads)
+        scores = (q[0, h] @ k[0, kv].T / d ** 0.5).masked_fill(~causal, float("-inf"))
+        torch.testing.assert_close(got[0, h], torch.softmax(scores, -1) @ v[0, kv])

@@ -134,10 +134,24 @@ class DecoderLayer(nn.Module):
 
     def attend(self, q, k, v, block_mask):
         if self.attention == "sdpa":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return dense_causal_attention(q, k, v)
         if block_mask is None:
             raise ValueError("FlexAttention layers need the forward's block mask (attention_table)")
         return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=True)
+
+
+def dense_causal_attention(q, k, v):
+    """Causal GQA attention with SDPA's fused kernels. K and V are expanded to the query heads first:
+    with ``enable_gqa`` SDPA fell back to its math kernel at 64K tokens on the H200 (448 GiB of scores for
+    28 heads), so on the GPU the math kernel is excluded and a shape no fused kernel takes is an error."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 _COMPILED_FLEX = {}
