@@ -40,6 +40,25 @@ def test_flex_block_mask_computes_exactly_the_tables_attention():
         masks.flex_block_mask(table, 500, "cpu", block)
 
 
+@pytest.mark.parametrize("tokens", [512, 500])
+def test_flex_block_mask_lists_the_tables_blocks(tokens):
+    """The block lists the fused kernel walks (eager flex applies the mask function everywhere, so the
+    test above cannot see them): every kept block and no other; full = kept below the diagonal, except in
+    a query block cut short by `tokens`."""
+    table = masks.causal_block_table(4, 0.5, np.random.default_rng(4))
+    table[3, :3] = True
+    block_mask = masks.flex_block_mask(table, tokens, "cpu", 128)
+    np.testing.assert_array_equal(block_mask.to_dense()[0, 0].numpy(), table.astype(np.int32))
+    full = np.zeros_like(table)
+    counts, indices = block_mask.full_kv_num_blocks[0, 0].numpy(), block_mask.full_kv_indices[0, 0].numpy()
+    for row in range(4):
+        full[row, indices[row, :counts[row]]] = True
+    want = np.tril(table, k=-1)
+    if tokens % 128:
+        want[-1] = False
+    np.testing.assert_array_equal(full, want)
+
+
 def test_sparse_decoder_matches_the_dense_decoder_with_the_same_masked_weights():
     dense = qwen.QwenDecoder(TOY, dtype=torch.bfloat16, seed=0)
     sparse = qwen.sparsify(dense, sparsity=0.5, block=(64, 64), seed=3)

@@ -199,12 +199,12 @@ def run(args) -> int:
     result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
         rng = np.random.default_rng(args.seed)
-        table = masks.causal_block_table(-(-t // masks.ATTENTION_BLOCK), ATTENTION_KEEP, rng)
+        attention_table = masks.causal_block_table(-(-t // masks.ATTENTION_BLOCK), ATTENTION_KEEP, rng)
         x = torch.randn(t, config.hidden, device="cuda", dtype=dtype)
         for name in CONFIGS:
             print(f"{t} tokens: {name} ...", file=sys.stderr)
             row = {"config": name, "tokens": t, **time_config(torch, models[name], x,
-                                                             table if name == "combined" else None, repeats)}
+                                                             attention_table if name == "combined" else None, repeats)}
             result["rows"].append(row)
             summarize(result["rows"])
             if args.out:
