@@ -88,6 +88,16 @@ def test_suites_kernels_peers(pool):
     assert compare.missing_suites(compare.pool([("run R", _real_doc())])) == ["synthetic", "llm"]
 
 
+def test_headline_names_leave_variants_to_the_tables():
+    case = _case("a", "real")
+    rows = [_row("a", "real", name, 1.0, kind=kind) for name, kind in
+            (("auto", "nbspmm"), ("bcsr:pingpong", "nbspmm"), ("csr", "nbspmm"), ("cusparse_csr:alg3", "peer"),
+             ("cusparse_csr_best", "peer"), ("torch_csr:fp32", "peer"), ("torch_csr", "peer"))]
+    p = compare.pool([("x", _doc("2000-01-01", [case], rows))])
+    assert p.headline_kernels("real") == ["auto", "csr"]
+    assert p.headline_peers("real") == ["cusparse_csr_best", "torch_csr"]
+
+
 def test_coverage_says_what_is_not_recorded(pool):
     auto = {"irregular": ("torch_csr", "cupy_csr"), "block": ("cublas_dense", "triton_bsr", "cusparse_bsr")}
     rows = {r["suite"]: r for r in compare.coverage(pool, auto)}

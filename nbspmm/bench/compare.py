@@ -37,6 +37,7 @@ SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse")
 DENSE_PEER = "cublas_dense"
 LADDER_PREFIX = "bcsr:"
 LADDER_RUNG = re.compile(r"^bcsr:v\d+$")             # the ablation rungs; other variants count as kernels
+VARIANT_SEPARATOR = ":"              # "bcsr:v2", "cusparse_csr:alg3:fp32": a variant of a headline name
 KERNEL_IN_NOTE = re.compile(r"kernel=([A-Za-z0-9_.\-]+)")
 
 
@@ -63,6 +64,15 @@ class Pool:
 
     def peers(self, suite: str | None = None) -> list[str]:
         return list(dict.fromkeys(r["candidate"] for r in self.ok_rows(suite) if r["kind"] == PEER))
+
+    def headline_kernels(self, suite: str | None = None) -> list[str]:
+        """The kernels named without a variant (``auto``, ``bcsr``, ``csr`` …): one figure row each."""
+        return [n for n in self.kernels(suite) if VARIANT_SEPARATOR not in n]
+
+    def headline_peers(self, suite: str | None = None) -> list[str]:
+        """The peers named without a variant: single peers and the best-of groups (``cusparse_csr_best``
+        stands for its members ``cusparse_csr:alg1`` …, each of which the tables still show)."""
+        return [n for n in self.peers(suite) if VARIANT_SEPARATOR not in n]
 
     def labels(self, rows: Iterable[dict]) -> list[str]:
         return list(dict.fromkeys(r["recorded"] for r in rows))

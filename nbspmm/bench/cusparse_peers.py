@@ -19,6 +19,8 @@ case (``cusparse_csr_best``, ``cusparse_bell``).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from nbspmm.bench import cusparse
@@ -174,7 +176,7 @@ class _SpMMPrepared:
         plan.prepare(self.workspace.data_ptr())
         self.note = (f"cusparseSpMM({self.what}, B/C row-major, C {_short(self.out_dtype)}, fp32 compute"
                      f"{', preprocessed' if plan.preprocessed else ''}) via ctypes, cuSPARSE {plan.version}, "
-                     f"{plan.cs.path}")
+                     f"{Path(plan.cs.path).name}")             # the file, not this machine's folders
 
     def poison(self) -> None:
         for out in self.out:

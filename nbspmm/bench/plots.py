@@ -236,10 +236,12 @@ def _axes(ax, figsize=FIGURE_SIZE):
 CANDIDATE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
-def draw_speedup_distribution(p, suite: str, kernel: str, peer: str, ax=None, case_labels: bool | None = None):
+def draw_speedup_distribution(p, suite: str, kernel: str, peer: str, ax=None, case_labels: bool | None = None,
+                              show_where: bool = True):
     """The paper's Figure 5 for one (kernel, peer) pair of a pooled suite (``compare.Pool``): the per-case
     speedups (peer time / kernel time) sorted, as bars from 1× on a log axis, the geometric mean as a
-    dashed line; the title gives it, the share of cases faster, and where the points were measured."""
+    dashed line; the title gives it, the share of cases faster, and (``show_where``) where the points
+    were measured — a grid of panels says that once, in its figure title."""
     from nbspmm.bench import compare
 
     pairs = compare.speedups(p, suite, kernel, peer)
@@ -259,8 +261,9 @@ def draw_speedup_distribution(p, suite: str, kernel: str, peer: str, ax=None, ca
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_formatter(NullFormatter())
     rows = [r for r in p.ok_rows(suite) if r["candidate"] in (kernel, peer)]
+    where = f"\n{p.where(rows)}" if show_where else ""
     ax.set_title(f"{kernel} vs {peer}, suite {suite}\ngeomean {summary['geomean']:.2f}×, faster on "
-                 f"{summary['faster']:.0%} of {summary['cases']} cases\n{p.where(rows)}", fontsize=7)
+                 f"{summary['faster']:.0%} of {summary['cases']} cases{where}", fontsize=7)
     return ax
 
 
