@@ -70,19 +70,35 @@ def _unique_sorted(keys: np.ndarray) -> np.ndarray:
     return keys[first]
 
 
+def block_count(rows: np.ndarray, cols: np.ndarray, k: int, block_shape=(64, 64)) -> int:
+    """Distinct ``block_shape`` blocks, (row // BM, col // BK), among the entries (rows, cols) of a
+    matrix with k columns (the entries may be a sample: ``nbspmm.choose`` counts those)."""
+    bm, bk = block_shape
+    return int(_unique_sorted(rows // bm * ceil_div(k, bk) + cols // bk).size)
+
+
+def window_tiles(rows: np.ndarray, cols: np.ndarray, k: int, window_rows=64, tile_cols=16) -> tuple[int, int]:
+    """(condensed columns, tiles) of the entries (rows, cols) grouped into windows of ``window_rows``
+    rows: each window's distinct columns, ceil(columns / tile_cols) tiles per window."""
+    keys = _unique_sorted(rows // window_rows * max(k, 1) + cols)
+    if keys.size == 0:
+        return 0, 0
+    windows = keys // max(k, 1)
+    starts = np.flatnonzero(np.concatenate(([True], windows[1:] != windows[:-1])))
+    columns_per_window = np.diff(np.append(starts, windows.size))
+    return int(keys.size), int(np.sum(-(-columns_per_window // tile_cols)))
+
+
 def bcsr_blocks(A, block_shape=(64, 64)) -> int:
     """Blocks a BCSR with ``block_shape`` blocks stores: unique (row // BM, col // BK) pairs."""
     (m, k), rows, cols = _coordinates(A)
-    bm, bk = block_shape
-    return int(_unique_sorted(rows // bm * ceil_div(k, bk) + cols // bk).size)
+    return block_count(rows, cols, k, block_shape)
 
 
 def wcsr_tiles(A, window_rows=64, tile_cols=16) -> tuple[int, int]:
     """(condensed columns, tiles) of a WCSR: each window's unique columns, ceil(columns / KT) tiles."""
     (m, k), rows, cols = _coordinates(A)
-    keys = _unique_sorted(rows // window_rows * max(k, 1) + cols)
-    per_window = np.bincount(keys // max(k, 1), minlength=ceil_div(m, window_rows))
-    return int(keys.size), int(np.sum(-(-per_window // tile_cols)))
+    return window_tiles(rows, cols, k, window_rows, tile_cols)
 
 
 def bcsr_bytes(A, block_shape=(64, 64), dtype=np.float16, n_blocks: int | None = None) -> int:

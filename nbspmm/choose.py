@@ -65,30 +65,6 @@ class Counts:
 
 
 # ---------------------------------------------------------------- counters (no format is built)
-def _sorted_distinct_count(keys: np.ndarray) -> int:
-    keys = np.sort(keys)
-    return int(np.count_nonzero(keys[1:] != keys[:-1])) + int(keys.size > 0)
-
-
-def _bcsr_block_count(rows: np.ndarray, cols: np.ndarray, k: int, block_shape=BCSR_BLOCK) -> int:
-    """Non-empty ``block_shape`` blocks among the entries (rows, cols): distinct (row // BM, col // BK)."""
-    block_cols = -(-k // block_shape[1])
-    return _sorted_distinct_count(rows // block_shape[0] * block_cols + cols // block_shape[1])
-
-
-def _wcsr_tile_count(rows: np.ndarray, cols: np.ndarray, k: int, window_rows: int,
-                     tile_cols: int = TILE_COLS) -> int:
-    """WCSR tiles of the entries: per window, ceil(distinct columns / tile_cols), summed."""
-    keys = np.sort(rows // window_rows * k + cols)
-    if keys.size == 0:
-        return 0
-    distinct = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
-    windows = distinct // k
-    starts = np.concatenate(([True], windows[1:] != windows[:-1]))
-    columns_per_window = np.diff(np.append(np.flatnonzero(starts), windows.size))
-    return int(np.sum(-(-columns_per_window // tile_cols)))
-
-
 def _all_entries(A: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, float]:
     rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
     return rows, A.indices.astype(np.int64), 1.0
@@ -117,9 +93,9 @@ def count_structure(A) -> Counts:
     rows, cols, fraction = _sampled_entries(A)
     scale = 1.0 / fraction
     return Counts(m=m, k=k, nnz=int(A.nnz),
-                  bcsr_blocks=_bcsr_block_count(rows, cols, k) * scale,
-                  wcsr_tiles=_wcsr_tile_count(rows, cols, k, WCSR_WINDOW_ROWS) * scale,
-                  swapped_tiles=_wcsr_tile_count(rows, cols, k, SWAPPED_WINDOW_ROWS) * scale,
+                  bcsr_blocks=formats.estimate.block_count(rows, cols, k, BCSR_BLOCK) * scale,
+                  wcsr_tiles=formats.estimate.window_tiles(rows, cols, k, WCSR_WINDOW_ROWS, TILE_COLS)[1] * scale,
+                  swapped_tiles=formats.estimate.window_tiles(rows, cols, k, SWAPPED_WINDOW_ROWS, TILE_COLS)[1] * scale,
                   max_row_nnz=int(np.diff(A.indptr).max(initial=0)), sampled_fraction=fraction)
 
 

@@ -63,7 +63,7 @@ for _name in ("v4", "pingpong"):
 # The default: v4 with the TMA-store epilogue. Measured on the H200 (2026-12-03, commit 10f3794, bench
 # --suite llm, 7 Qwen2.5-7B layers x 16K/32K/64K tokens, geomean over dense cuBLAS): fp16 output 4.32x
 # (registers: 3.19x), fp32 output 3.64x (3.32x); on the 13 small real matrices (N = 128) the two are
-# within 1% (BENCHMARKS.md).
+# within 1% (results/bench_llm_epilogue.json, results/bench_real_gather.json; NOTES.md).
 DEFAULT_VARIANT = "v4-tma"
 # The "auto" split of block rows (the default; prepared.one_wave_max_tiles): pieces of at least
 # MIN_SPLIT_BLOCKS blocks. Measured on the H200 (2026-12-03, scripts/tune.py skew: 4096 × 65536, 2% of

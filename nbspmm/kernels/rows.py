@@ -22,7 +22,7 @@ row's lanes read the same address: one broadcast transaction), the group's loop 
 count and no branch, so it is unrolled and its 4 B-row loads are issued before its first FFMA (see
 ``python -m nbspmm sass csr-rows``), and a row's last, partial group is one masked group, not a loop.
 Accumulation in fp32, as the tensor-core kernels (same error bounds). Measured on the H200 (86a30de,
-N = 128, BENCHMARKS.md "Session 5"): 0.94-1.01× cuSPARSE on uniform random matrices, 0.64-0.72× on
+N = 128, NOTES.md "The CSR row kernel keeps several B-row loads in flight"): 0.94-1.01× cuSPARSE on uniform random matrices, 0.64-0.72× on
 R-MAT, 0.59× on the pubmed replica (rows of 4.5 nonzeros: each a chain of dependent loads); 1.15× over
 the paper-scale suite at N = 64. The first version took 1.5-1.9× as long on the matrices without long
 rows.
@@ -58,7 +58,7 @@ WORD_BYTES = 8                    # the quad's bytes (4 × 16 bits): B is read a
 # group and the masked partial one (python -m nbspmm sass csr-rows; loads issued before the first FFMA
 # of each group / registers): unroll 4, 4 blocks per SM: 4 and 4 / 56; unroll 8, 3 blocks: 8 and 8 /
 # 80; unroll 8, 4 blocks: spills 12 bytes.
-# Measured against each other by scripts/tune.py rows (BENCHMARKS.md).
+# Measured against each other by scripts/tune.py rows (results/tune/tune_rows.json).
 UNROLL = 4
 THREADS = 256                     # 8 warps per thread block
 # Lanes that share a work item, by N: 8 lanes cover 32 columns, 16 cover 64, a warp 128 (and slices of
