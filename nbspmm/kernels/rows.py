@@ -22,10 +22,10 @@ row's lanes read the same address: one broadcast transaction), the group's loop 
 count and no branch, so it is unrolled and its 4 B-row loads are issued before its first FFMA (see
 ``python -m nbspmm sass csr-rows``), and a row's last, partial group is one masked group, not a loop.
 Accumulation in fp32, as the tensor-core kernels (same error bounds). Measured on the H200 (86a30de,
-N = 128, NOTES.md "The CSR row kernel keeps several B-row loads in flight"): 0.94-1.01× cuSPARSE on uniform random matrices, 0.64-0.72× on
-R-MAT, 0.59× on the pubmed replica (rows of 4.5 nonzeros: each a chain of dependent loads); 1.15× over
-the paper-scale suite at N = 64. The first version took 1.5-1.9× as long on the matrices without long
-rows.
+N = 128, NOTES.md "The CSR row kernel keeps several B-row loads in flight"): 0.94-1.01× cuSPARSE as
+torch calls it on uniform random matrices, 0.64-0.72× on R-MAT, 0.59× on the pubmed replica (rows of
+4.5 nonzeros: each a chain of dependent loads); 1.15× over the paper-scale suite at N = 64. The first
+version took 1.5-1.9× as long on the matrices without long rows.
 
 Work items. A row is one warp's serial work, so rows longer than MAX_ITEM_NONZEROS are cut into items
 of at most that many nonzeros (the first measurement, without the cut, took 5.2 ms on R-MAT 2^18 where

@@ -62,16 +62,18 @@ def flex_block_mask(table: np.ndarray, tokens: int, device, block: int = ATTENTI
         partial[-1] |= full[-1]
         full[-1] = False
 
+    def on_device(array):                 # (1 batch, 1 head, query blocks[, key blocks]) int32
+        return torch.as_tensor(np.ascontiguousarray(array), dtype=torch.int32, device=device)[None, None]
+
     def block_lists(chosen):
-        """(count, indices) per query block, its chosen key blocks first (a stable sort of 'not chosen'),
-        as (1 batch, 1 head, query blocks[, key blocks]) int32 tensors on the device."""
-        as_tensor = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.int32, device=device)[None, None]
-        return as_tensor(chosen.sum(axis=1)), as_tensor(np.argsort(~chosen, axis=1, kind="stable"))
+        """(count, indices) per query block, its chosen key blocks first (a stable sort of 'not chosen')."""
+        return on_device(chosen.sum(axis=1)), on_device(np.argsort(~chosen, axis=1, kind="stable"))
 
     kept_on_device = torch.as_tensor(kept, device=device)
 
-    def causal_in_kept_blocks(batch, head, q_index, kv_index):    # the table as well: eager (CPU)
-        return (q_index >= kv_index) & kept_on_device[q_index // block, kv_index // block]   # flex applies it everywhere
+    def causal_in_kept_blocks(batch, head, q_index, kv_index):
+        # The table too, not only causality: eager flex_attention (the CPU) applies this to every element.
+        return (q_index >= kv_index) & kept_on_device[q_index // block, kv_index // block]
 
     return BlockMask.from_kv_blocks(*block_lists(partial), *block_lists(full), BLOCK_SIZE=block,
                                     mask_mod=causal_in_kept_blocks, seq_lengths=(tokens, tokens))

@@ -145,7 +145,7 @@ def dense_causal_attention(q, k, v):
     with ``enable_gqa`` SDPA fell back to its math kernel at 64K tokens on the H200 (448 GiB of scores for
     28 heads), so on the GPU the math kernel is excluded and a shape no fused kernel takes is an error."""
     group = q.shape[1] // k.shape[1]
-    q = q.contiguous()                  # (1, heads, tokens, d) as the fused kernels lay it out
+    q = q.contiguous()   # the model's q (RoPE of a transposed view) found no fused kernel on the H200
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
