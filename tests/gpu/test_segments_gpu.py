@@ -1,10 +1,9 @@
 """The CSR segment kernel (CUDA cores, experimental) on the H200: every element against scipy in float64.
 
-Each element of C must lie within (row length · 2^-23 + output rounding) · (|A| @ |B|) of the float64
-product of the same cast inputs: the bound of an fp32 sum of exact fp16 / bf16 products in any order,
-then one rounding to the output type. The output is poisoned with NaN first.
+Each element of C must lie within the bound every kernel is held to (``spmm_checks.element_bound``: the
+fp32 sum of the row's products and one rounding to the output type, on the scale of |A| @ |B|) of the
+float64 product of the same cast inputs. The output is poisoned with NaN first.
 """
-
 import ml_dtypes
 import numpy as np
 import pytest
