@@ -44,3 +44,18 @@ def test_nan_and_zero_reference():
     with pytest.raises(AssertionError, match="first"):
         assert_elements_close(np.full((100, 8), 1e-6), zero, B, np.float32)
     assert_elements_close(np.zeros((100, 8)), zero, B, np.float32)
+
+
+def test_subnormal_fp16_values_are_scaled_as_the_tensor_cores_round_them():
+    """bayer10.mtx, row 8, on the H200: a = 2^-24 and 10 · 2^-24 (fp16 subnormals), an error of 2^-41
+    on a sum of 7.7e-8. Allowed for an fp16 A (its subnormals count as 2^-14); not for an A whose
+    tiny values are not fp16 (a bf16 A has no fp16 subnormals to round that way), nor 2^-30."""
+    B = np.array([[-0.7083], [1.0], [-1.2236]])
+    A = sp.csr_array(np.array([[-10 * 2.0 ** -24, 0.0, 2.0 ** -24]]))
+    ref = A @ B
+    assert_elements_close(ref + 2.0 ** -41, A, B, np.float32)
+    with pytest.raises(AssertionError, match="outside the per-element bound"):
+        assert_elements_close(ref + 2.0 ** -30, A, B, np.float32)
+    not_fp16 = sp.csr_array(np.array([[-10 * 2.0 ** -24 * 1.0001, 0.0, 2.0 ** -24 * 1.0001]]))
+    with pytest.raises(AssertionError, match="outside the per-element bound"):
+        assert_elements_close(not_fp16 @ B + 2.0 ** -41, not_fp16, B, np.float32)
