@@ -125,3 +125,25 @@ def irregular_matrices(rng) -> dict:
         "one-column": sp.random_array((300, 1), density=0.3, rng=rng, format="csr"),
         "all-zero": sp.csr_array((100, 100)),
     }
+
+
+def edge_matrices(rng) -> dict:
+    """Small BCSR edge cases by name (256 x 384 unless named otherwise): one block row holding most of
+    the work, empty block rows, one block, all zero, 1 x 1, tall and thin."""
+    M, K = 256, 384
+    one_dense_row = np.zeros((M, K))
+    one_dense_row[64:128, :] = rng.standard_normal((64, K))      # one block row holds most of the work
+    one_dense_row[200, 5] = 1.0
+    empty_rows = block_sparse(rng, M, K, block_density=0.5).toarray()
+    empty_rows[0:64] = 0
+    empty_rows[192:256] = 0
+    one_block = np.zeros((M, K))
+    one_block[70:80, 130:190] = rng.standard_normal((10, 60))
+    return {
+        "one-dense-block-row": sp.csr_array(one_dense_row),
+        "empty-block-rows": sp.csr_array(empty_rows),
+        "one-block": sp.csr_array(one_block),
+        "all-zero": sp.csr_array((M, K)),
+        "1x1": sp.csr_array(np.array([[2.5]])),
+        "tall-thin": sp.csr_array(rng.standard_normal((1000, 3)) * (rng.random((1000, 3)) < 0.5)),
+    }
