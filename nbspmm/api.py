@@ -45,6 +45,9 @@ FORMATS = tuple(KERNELS)
 UNVERIFIED: dict[tuple[str, str], str] = {
     ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) has not yet run on the H200",
 }
+# The nn.Linear orientation (``SpMMOperator.linear``) of the BCSR pipelines: checked on the CPU (SASS,
+# descriptors, an emulated stage), not yet on the H200, so it too needs experimental=True. None: verified.
+LINEAR_UNVERIFIED: str | None = "the nn.Linear orientation (op.linear) has not yet run on the H200"
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None):
     """(format name, built format, the auto Choice or None)."""
@@ -114,6 +117,7 @@ class SpMMOperator:
         if (self.format_name, kernel) in UNVERIFIED and not experimental:
             raise ValueError(f"kernel {kernel!r} ({self.format_name}) is experimental: "
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")
+        self.experimental = bool(experimental)
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]
         what = f"the {self.format_name.upper()} operand"
@@ -163,6 +167,43 @@ class SpMMOperator:
             nonfinite_values.patch_exact(self, B_host, C_dev)
         return result
 
+    def linear(self, X, out=None, *, stream=None):
+        """Y = X @ Aᵀ — ``torch.nn.functional.linear(X, A)`` with A (M × K) the weight: X (..., K) and Y
+        (..., M) row-major, any leading dimensions, as a model holds its activations. The kernel loads X
+        and writes Y as they lie (no transposed copies). Returns ``out`` when given (shape (..., M), the
+        output dtype, C-contiguous), else a new Y in X's framework; runs on `stream` or X's framework's
+        current stream, as ``matmul``. BCSR operators with a TMA kernel only (the default kernel).
+
+        Non-finite values propagate as in ``matmul``'s "propagate" mode (a NaN/Inf of X may reach every
+        output feature of a 64-row block that meets its column); there is no "exact" mode here."""
+        orientation = self._linear_pipeline()
+        M, K = self.shape
+        X_dev = as_device_matrix(X, self.in_kind, cols=K, name="X", any_rank=True)
+        lead = tuple(X.shape[:-1]) if getattr(X, "ndim", 2) != 2 else (X_dev.shape[0],)
+        if out is None:
+            itemsize = DEVICE_DTYPE[self.out_kind].itemsize
+            with memory.out_of_memory_as_error("the output Y", X_dev.shape[0] * M * itemsize):
+                out = interop.new_output(X, lead + (M,), self.out_kind)
+            Y_dev = DeviceMatrix.of(out).as_rows()
+        else:
+            Y_dev = as_device_matrix(out, self.out_kind, cols=M, name="out", writable=True, any_rank=True)
+            if tuple(out.shape) != lead + (M,):
+                raise ValueError(f"out must have shape {lead + (M,)} (X's leading dimensions x M); got {tuple(out.shape)}")
+        orientation.launch(X_dev, Y_dev, stream=interop.launch_stream(X, stream))
+        return out
+
+    def _linear_pipeline(self):
+        """The prepared pipeline's nn.Linear twin, or a clear error for operators that have none."""
+        twin = getattr(self._prepared, "linear_orientation", None)
+        cfg = getattr(self._prepared, "cfg", None)
+        if twin is None or self.format_name != "bcsr" or cfg.loader != "tma":
+            raise ValueError(f"op.linear (Y = X @ Aᵀ) runs on BCSR operators with a TMA kernel; this one is "
+                             f"{self.format_name} / {self.kernel}. Use SpMMOperator(A, format='bcsr'), or "
+                             f"compute (op @ X.T).T")
+        if LINEAR_UNVERIFIED and not self.experimental:
+            raise ValueError(f"{LINEAR_UNVERIFIED}: create the operator with experimental=True to use it anyway")
+        return twin()
+
     def bind(self, B, out, *, stream=None):
         """The product ``out = A @ B`` for these two device buffers, packed once: calling the returned
         ``interop.HeldProduct`` enqueues it again (a few µs of Python: no argument checks, no cache
@@ -194,9 +235,11 @@ def spmm(A, B, out=None, *, check_finite=False, nonfinite="propagate", **operato
     return SpMMOperator(A, **operator_options)(B, out=out, check_finite=check_finite, nonfinite=nonfinite)
 
 
-def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool = False) -> DeviceMatrix:
+def as_device_matrix(x: Any, kind: str, *, rows: int | None = None, cols: int | None = None, name: str,
+                     writable: bool = False, any_rank: bool = False) -> DeviceMatrix:
     """A checked view (``nbspmm.launch.DeviceMatrix``) of a C-contiguous 2-D device matrix of element
-    kind `kind` with `rows` rows.
+    kind `kind` with `rows` rows and `cols` columns (None: any). ``any_rank``: an array of any rank ≥ 1
+    is taken as the matrix of its rows (leading dimensions flattened, as a model's activations).
 
     numpy input is cast to the kind's dtype and copied to the GPU (not allowed for `writable` outputs);
     a device array (numba, cupy, torch) is used in place and must already have the dtype. Only the
@@ -206,10 +249,14 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
     if isinstance(x, np.ndarray):
         if writable:
             raise TypeError(f"{name} must be a device array (it is written on the GPU); got a numpy array")
+        if any_rank and x.ndim >= 1 and x.ndim != 2:
+            x = x.reshape(-1, x.shape[-1])
         if x.ndim != 2:
             raise ValueError(f"{name} must be 2-D; got {x.ndim}-D with shape {x.shape}")
-        if x.shape[0] != rows:
+        if rows is not None and x.shape[0] != rows:
             raise ValueError(f"{name} must have {rows} rows (A is {rows} columns wide); got shape {x.shape}")
+        if cols is not None and x.shape[1] != cols:
+            raise ValueError(f"{name} must have {cols} columns (its last dimension); got shape {x.shape}")
         if not np.issubdtype(x.dtype, np.floating) and x.dtype.name != "bfloat16":
             raise TypeError(f"{name} must be a real floating-point array; got {x.dtype}")
         host_dtype = {"f16": np.float16, "f32": np.float32}.get(kind)
@@ -234,10 +281,14 @@ def as_device_matrix(x: Any, kind: str, *, rows: int, name: str, writable: bool 
     if arr.dtype != expected:
         shown = "bfloat16 (or its uint16 bits)" if kind == "bf16" else expected.name
         raise TypeError(f"{name} must have dtype {shown} to match A; got {arr.dtype} (cast it on the device first)")
+    if not arr.is_c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (row-major); got shape {arr.shape} with strides {arr.strides}")
+    if any_rank and len(arr.shape) >= 1:
+        arr = arr.as_rows()
     if len(arr.shape) != 2:
         raise ValueError(f"{name} must be 2-D; got shape {arr.shape}")
-    if arr.shape[0] != rows:
+    if rows is not None and arr.shape[0] != rows:
         raise ValueError(f"{name} must have {rows} rows; got shape {arr.shape}")
-    if not arr.is_c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (row-major); got strides {arr.strides}")
+    if cols is not None and arr.shape[1] != cols:
+        raise ValueError(f"{name} must have {cols} columns (its last dimension); got shape {arr.shape}")
     return arr

@@ -82,6 +82,18 @@ class DeviceMatrix:
         caller's buffer alive (what a launch needs is the pointer, shape and strides, not the object)."""
         return DeviceMatrix(self.ptr, self.shape, self.strides, self.dtype)
 
+    def as_rows(self) -> "DeviceMatrix":
+        """A C-contiguous array of any rank as the 2-D matrix of its rows: (product of the leading
+        extents, last extent) — ``x.reshape(-1, x.shape[-1])`` without the framework; 1-D: one row."""
+        if not self.is_c_contiguous:
+            raise ValueError(f"expected a C-contiguous array; got shape {self.shape} with strides {self.strides}")
+        if len(self.shape) == 2:
+            return self
+        cols = int(self.shape[-1]) if self.shape else 1
+        rows = int(np.prod(self.shape[:-1], dtype=np.int64))
+        return DeviceMatrix(self.ptr, (rows, cols), c_contiguous_strides((rows, cols), self.dtype.itemsize),
+                            self.dtype, self.owner)
+
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,

@@ -12,8 +12,8 @@ The forward is the custom op ``torch.ops.nbspmm.block_sparse_linear`` (``torch.l
 implementation giving the output's shape and dtype), so ``torch.compile`` keeps it in its graph as one
 node instead of tracing into the launch code. On CUDA it computes ``(W @ xᵀ)ᵀ``: x is transposed into a
 contiguous (in_features × tokens) B, the kernel writes W @ B, and the result is handed back as a
-transposed view — two extra passes over the activations, until the kernel takes x in the nn.Linear
-orientation. On the CPU (no kernel) the same op computes ``x @ to_dense()ᵀ`` in float32, the reference
+transposed view — two extra passes over the activations. ``orientation="linear"`` (experimental: not
+yet run on the H200) has the kernel take x and write y as they lie (``SpMMOperator.linear``). On the CPU (no kernel) the same op computes ``x @ to_dense()ᵀ`` in float32, the reference
 the tests check against. Inference only: there is no backward.
 """
 
@@ -34,39 +34,49 @@ _LAYERS: "weakref.WeakValueDictionary[int, BlockSparseLinear]" = weakref.WeakVal
 _LAYER_IDS = itertools.count(1)
 
 
+ORIENTATIONS = ("transpose", "linear")
+
+
 @torch.library.custom_op("nbspmm::block_sparse_linear", mutates_args=())
 def block_sparse_linear(x: torch.Tensor, blocks: torch.Tensor, bias: Optional[torch.Tensor], layer_id: int,
-                        out_features: int) -> torch.Tensor:
+                        out_features: int, linear: bool = False) -> torch.Tensor:
     """y = x @ Wᵀ + bias of the registered layer `layer_id` (`blocks`, `bias`: its buffers, passed so
-    that a compiled graph sees what the op reads)."""
+    that a compiled graph sees what the op reads; `linear`: the layer's orientation is "linear")."""
     layer = _LAYERS[layer_id]
     return layer._forward_cuda(x) if x.is_cuda else layer._forward_reference(x)
 
 
 @block_sparse_linear.register_fake
-def _(x, blocks, bias, layer_id, out_features):
+def _(x, blocks, bias, layer_id, out_features, linear=False):
     tokens = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    return finish_output(x.new_empty((out_features, tokens)), bias, x.shape)
+    shape = (tokens, out_features) if linear else (out_features, tokens)
+    return finish_output(x.new_empty(shape), bias, x.shape, linear)
 
 
-def finish_output(product: torch.Tensor, bias, x_shape) -> torch.Tensor:
-    """y from W @ xᵀ (out × tokens, contiguous): its transpose plus the bias, with x's leading dims.
-    The CUDA path, the CPU reference and the fake all end here, so y's strides (a transposed layout)
-    are the same in all three — torch.compile relies on the fake's strides matching the real ones."""
-    y = product.T
+def finish_output(product: torch.Tensor, bias, x_shape, linear: bool = False) -> torch.Tensor:
+    """y from the kernel's product — W @ xᵀ (out × tokens, contiguous) transposed, or (`linear`) x @ Wᵀ
+    (tokens × out) as it is — plus the bias, with x's leading dims. The CUDA path, the CPU reference and
+    the fake all end here, so y's strides are the same in all three — torch.compile relies on the
+    fake's strides matching the real ones."""
+    y = product if linear else product.T
     if bias is not None:
         y = y + bias
-    return y.reshape(*x_shape[:-1], product.shape[0])
+    return y.reshape(*x_shape[:-1], y.shape[1])
 
 
 class BlockSparseLinear(nn.Module):
     """y = x @ Wᵀ + bias with W (out_features × in_features) stored as the kept BM × BK blocks."""
 
     def __init__(self, in_features: int, out_features: int, block=DEFAULT_BLOCK, bias: bool = True,
-                 dtype=torch.float16, device=None):
+                 dtype=torch.float16, device=None, orientation: str = "transpose"):
         super().__init__()
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"BlockSparseLinear takes float16 or bfloat16 weights; got {dtype}")
+        if orientation not in ORIENTATIONS:
+            raise ValueError(f"orientation must be one of {ORIENTATIONS}; got {orientation!r}")
+        # "transpose": (W @ xᵀ)ᵀ, verified on the H200; "linear": x @ Wᵀ in the kernel (op.linear), no
+        # transposed copies — experimental until it has passed the GPU suite (nbspmm.api.LINEAR_UNVERIFIED).
+        self.orientation = orientation
         self.in_features, self.out_features, self.block = int(in_features), int(out_features), tuple(block)
         grid = pruning.block_grid((self.out_features, self.in_features), self.block)
         self.register_buffer("block_mask", torch.zeros(grid, dtype=torch.bool, device=device))
@@ -78,12 +88,13 @@ class BlockSparseLinear(nn.Module):
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
-    def from_block_mask(cls, weight, mask, block=DEFAULT_BLOCK, bias=None, dtype=None) -> "BlockSparseLinear":
+    def from_block_mask(cls, weight, mask, block=DEFAULT_BLOCK, bias=None, dtype=None,
+                        orientation: str = "transpose") -> "BlockSparseLinear":
         """The layer of `weight` (out × in, a tensor) keeping the blocks where `mask` is True."""
         weight = torch.as_tensor(weight)
         dtype = dtype or (weight.dtype if weight.dtype in SUPPORTED_DTYPES else torch.float16)
         out_features, in_features = weight.shape
-        layer = cls(in_features, out_features, block, bias is not None, dtype, weight.device)
+        layer = cls(in_features, out_features, block, bias is not None, dtype, weight.device, orientation)
         mask = torch.as_tensor(np.asarray(mask, dtype=bool), device=weight.device)
         layer.block_mask.copy_(mask)                   # copy_ checks the mask's shape against the grid
         layer.blocks = _blocks_of(weight.to(dtype), mask, layer.block)
@@ -92,7 +103,8 @@ class BlockSparseLinear(nn.Module):
         return layer
 
     @classmethod
-    def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None):
+    def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None,
+                   orientation: str = "transpose"):
         """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor."""
         if isinstance(linear_or_weight, nn.Linear):
             weight, bias = linear_or_weight.weight.detach(), linear_or_weight.bias
@@ -101,7 +113,7 @@ class BlockSparseLinear(nn.Module):
             weight, bias = torch.as_tensor(linear_or_weight).detach(), None
         scores = weight.float().cpu().numpy()
         mask = pruning.magnitude_block_mask(scores, sparsity, block)
-        return cls.from_block_mask(weight, mask, block, bias, dtype)
+        return cls.from_block_mask(weight, mask, block, bias, dtype, orientation)
 
     def to_dense(self) -> torch.Tensor:
         """W (out × in) with the dropped blocks zero, in the layer's dtype and device."""
@@ -115,25 +127,31 @@ class BlockSparseLinear(nn.Module):
         kept = int(self.block_mask.sum())
         return (f"in_features={self.in_features}, out_features={self.out_features}, block={self.block}, "
                 f"kept_blocks={kept}/{self.block_mask.numel()}, bias={self.bias is not None}, "
-                f"dtype={self.blocks.dtype}")
+                f"dtype={self.blocks.dtype}" + (", orientation=linear" if self.linear else ""))
+
+    @property
+    def linear(self) -> bool:
+        return self.orientation == "linear"
 
     # -- forward ------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x must end in in_features = {self.in_features}; got shape {tuple(x.shape)}")
         return torch.ops.nbspmm.block_sparse_linear(x, self.blocks, self.bias, self.layer_id,
-                                                    self.out_features)
+                                                    self.out_features, self.linear)
 
     def _forward_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The CUDA path on the CPU: W @ xᵀ in float32, rounded to x's dtype, then ``finish_output``."""
         tokens = x.reshape(-1, self.in_features).float()
-        product = (self.to_dense().float() @ tokens.T).to(x.dtype).contiguous()
-        return finish_output(product, self.bias, x.shape)
+        product = (self.to_dense().float() @ tokens.T).to(x.dtype)
+        return finish_output((product.T if self.linear else product).contiguous(), self.bias, x.shape, self.linear)
 
     def _forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.blocks.dtype:
             raise TypeError(f"x is {x.dtype} but the layer's weight is {self.blocks.dtype}")
         tokens = x.reshape(-1, self.in_features)
+        if self.linear:                                       # x @ Wᵀ in the kernel: x and y as they lie
+            return finish_output(self.operator().linear(tokens.contiguous()), self.bias, x.shape, linear=True)
         columns = tokens.T.contiguous()                       # B = xᵀ: in_features × tokens, row-major
         product = self.operator() @ columns                   # W @ xᵀ, out_features × tokens
         return finish_output(product, self.bias, x.shape)     # (W @ xᵀ)ᵀ: a transposed view, + bias
@@ -144,7 +162,8 @@ class BlockSparseLinear(nn.Module):
             from nbspmm.api import SpMMOperator
 
             dtype = self.blocks.dtype
-            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype))
+            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype),
+                                          experimental=self.linear)
         return self._operator
 
     def sparse_format(self) -> formats.BCSR:

@@ -150,6 +150,19 @@ def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str):
 
 
 
+def _emit_box_offset(builder, row, byte, box_bytes):
+    """:func:`shared_tile_offset` on the device (i32): byte offset of the element at byte `byte` of tile
+    row `row`, boxes of 128-byte rows `box_bytes` apart, 16-byte units XORed with row % 8."""
+    box = builder.udiv(byte, I32(STORE_BOX_ROW_BYTES))     # a power of two: a shift
+    within = builder.and_(byte, I32(STORE_BOX_ROW_BYTES - 1))
+    unit = builder.xor(builder.udiv(within, I32(SWIZZLE_UNIT_BYTES)),
+                       builder.and_(row, I32(SWIZZLE_PERIOD_ROWS - 1)))
+    return builder.add(builder.add(builder.mul(box, I32(box_bytes)),
+                                   builder.mul(row, I32(STORE_BOX_ROW_BYTES))),
+                       builder.add(builder.mul(unit, I32(SWIZZLE_UNIT_BYTES)),
+                                   builder.and_(within, I32(SWIZZLE_UNIT_BYTES - 1))))
+
+
 def _shared_store_intrinsic(name: str, n: int, kind: str):
     """The intrinsic ``name(acc, base, row, col)``: register pairs of the tile whose register 0 sits at
     (row, col) stored at base + shared_tile_offset. Lanes of a warp cover 8 rows × 4 pairs; the XOR puts
@@ -173,15 +186,7 @@ def _shared_store_intrinsic(name: str, n: int, kind: str):
             for reg, dr, dc in pairs:
                 rr = builder.add(r32, I32(dr))
                 byte = builder.mul(builder.add(c32, I32(dc)), I32(itemsize))
-                box = builder.udiv(byte, I32(STORE_BOX_ROW_BYTES))     # a power of two: a shift
-                within = builder.and_(byte, I32(STORE_BOX_ROW_BYTES - 1))
-                unit = builder.xor(builder.udiv(within, I32(SWIZZLE_UNIT_BYTES)),
-                                   builder.and_(rr, I32(SWIZZLE_PERIOD_ROWS - 1)))
-                offset = builder.add(builder.add(builder.mul(box, I32(STORE_BOX_BYTES)),
-                                                 builder.mul(rr, I32(STORE_BOX_ROW_BYTES))),
-                                     builder.add(builder.mul(unit, I32(SWIZZLE_UNIT_BYTES)),
-                                                 builder.and_(within, I32(SWIZZLE_UNIT_BYTES - 1))))
-                address = builder.add(base_v, offset)   # base: uint32 in the signature
+                address = builder.add(base_v, _emit_box_offset(builder, rr, byte, STORE_BOX_BYTES))
                 v0 = builder.extract_value(acc_v, reg)
                 v1 = builder.extract_value(acc_v, reg + 1)
                 if kind == "f32":                          # a column pair is 8 aligned bytes
@@ -268,6 +273,70 @@ def _make_fragment_store_transposed(n: int, slices: int, kind: str, mode: str):
         tile(accs, out, row0, col0, r, c)
 
     return fragment_store_transposed
+
+
+def _transposed_shared_store_intrinsic(name: str, n: int, kind: str):
+    """The intrinsic ``name(acc, base, row, col)``: every register of the 64 × n tile whose register 0
+    sits at (row, col), element (m, c), stored at base + shared_tile_offset(c, m, kind, box_rows=n): the
+    n × 64 transpose as boxes of n rows × 128 bytes. One element per store (a register pair is two rows
+    of the transpose). A warp's store covers 8 consecutive columns (m) of 4 rows (c): 16 or 32 bytes per
+    row, in units the swizzle puts in different banks (no bank conflicts)."""
+    nacc = accumulator_size(n)
+    offsets = _offsets(n)
+    wrapper = f"make_fragment_store_shared_transposed({n}, {kind!r})"
+    itemsize = _ITEMSIZE[kind]
+    box_bytes = n * STORE_BOX_ROW_BYTES
+
+    def impl(typingctx, acc, base, row, col):
+        check_unituple(wrapper, "acc", acc, types.float32, nacc)
+        for arg, value in (("base", base), ("row0", row), ("col0", col)):
+            check_integer(wrapper, arg, value)
+
+        def codegen(context, builder, sig, args):
+            acc_v, base_v, r, c = args
+            r32 = builder.trunc(r, I32)
+            c32 = builder.trunc(c, I32)
+            for reg, dr, dc in offsets:
+                out_row = builder.add(c32, I32(dc))                          # tile column -> row of the transpose
+                byte = builder.mul(builder.add(r32, I32(dr)), I32(itemsize))  # tile row -> its column
+                address = builder.add(base_v, _emit_box_offset(builder, out_row, byte, box_bytes))
+                value = builder.extract_value(acc_v, reg)
+                if kind == "f32":
+                    asm(builder, "st.shared.f32 [$0], $1;", "r,f,~{memory}", [address, value])
+                else:
+                    asm(builder, "st.shared.b16 [$0], $1;", "r,h,~{memory}", [address, _convert(builder, value, kind)])
+            return context.get_dummy_value()
+
+        return types.void(acc, types.uint32, types.int64, types.int64), codegen
+
+    return intrinsic(make_typer(name, ["acc", "base", "row0", "col0"], impl))
+
+
+def make_fragment_store_shared_transposed(n: int, out_kind: str = "f32"):
+    """``store(acc, base, thread)``: write the 64 × n f32 accumulator tile transposed, converted to
+    `out_kind`, into shared memory at `base` (uint32 shared address, 1024-byte aligned): the n × 64 tile
+    as the boxes of a 128-byte-swizzled TMA store of n rows × 128 bytes (n ≤ 256, TMA's box extent),
+    64 · itemsize / 128 of them (:func:`shared_tile_offset` with box_rows = n). The nn.Linear
+    orientation's epilogue: the accumulator holds 64 output features × n tokens, the output is tokens ×
+    features. The caller fences, synchronizes and stores the boxes as for
+    :func:`make_fragment_store_shared`. Cached per (n, out_kind)."""
+    _check_n("make_fragment_store_shared_transposed", n)
+    if out_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_store_shared_transposed: out_kind must be one of {OUT_KINDS}, "
+                            f"got {out_kind!r}")
+    return _make_fragment_store_shared_transposed(int(n), out_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_store_shared_transposed(n: int, kind: str):
+    tile = _transposed_shared_store_intrinsic(f"store_shared_transposed_n{n}_{kind}", n, kind)
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_store_shared_transposed(acc, base, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(acc, base, r, c)
+
+    return fragment_store_shared_transposed
 
 
 def _load_intrinsic(name: str, n: int, kind: str):

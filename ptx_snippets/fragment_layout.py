@@ -119,13 +119,16 @@ def store_box_columns(kind: str) -> int:
     return STORE_BOX_ROW_BYTES // _ITEMSIZE[kind]
 
 
-def shared_tile_offset(row, col, kind: str):
-    """Byte offset of element (row, col) of the 64 × n tile in the shared layout of
-    :func:`make_fragment_store_shared`: box ``col // box_columns`` (8 KB each, in order), row ``row`` of
-    it (128 B), and the 16-byte unit of the element XORed with ``row % 8`` — the 128-byte swizzle, which
-    TMA undoes on the store (it is a function of the shared address: boxes must start 1024-B aligned).
-    Plain integer arithmetic: ints or NumPy arrays."""
+def shared_tile_offset(row, col, kind: str, box_rows: int = WGMMA_M):
+    """Byte offset of element (row, col) of a tile of `box_rows` rows in the shared layout of
+    :func:`make_fragment_store_shared` (box_rows 64: the 64 × n accumulator tile) and
+    :func:`make_fragment_store_shared_transposed` (box_rows n: its n × 64 transpose): box
+    ``col // box_columns`` (box_rows · 128 B each, in order), row ``row`` of it (128 B), and the 16-byte
+    unit of the element XORed with ``row % 8`` — the 128-byte swizzle, which TMA undoes on the store (it
+    is a function of the shared address: boxes must start 1024-B aligned). Plain integer arithmetic:
+    ints or NumPy arrays."""
     byte = col * _ITEMSIZE[kind]
     box, within = byte // STORE_BOX_ROW_BYTES, byte % STORE_BOX_ROW_BYTES
     unit = (within // SWIZZLE_UNIT_BYTES) ^ (row % SWIZZLE_PERIOD_ROWS)
-    return box * STORE_BOX_BYTES + row * STORE_BOX_ROW_BYTES + unit * SWIZZLE_UNIT_BYTES + within % SWIZZLE_UNIT_BYTES
+    return (box * box_rows * STORE_BOX_ROW_BYTES + row * STORE_BOX_ROW_BYTES + unit * SWIZZLE_UNIT_BYTES
+            + within % SWIZZLE_UNIT_BYTES)

@@ -78,7 +78,8 @@ def environment(out: Path) -> list[tuple[str, str, str]]:
 
 
 # Modules that take longest start first, so that `jobs` parallel processes finish together.
-SLOW_MODULES_FIRST = ("test_bcsr_gpu", "test_fuzz_gpu", "test_wcsr_gpu", "test_torch_gpu", "test_api_gpu")
+SLOW_MODULES_FIRST = ("test_bcsr_gpu", "test_bcsr_split_gpu", "test_fuzz_gpu", "test_wcsr_gpu", "test_torch_gpu",
+                      "test_api_gpu")
 MIN_MODULE_START_S = 30           # do not start a test module with less time than this before the deadline
 
 
@@ -153,16 +154,23 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400,
 
 # Split work items combined by the two-pass reduction instead of atomic adds: a kernel path of its own.
 SANITIZE_TWO_PASS = ("bcsr-v4", "bcsr-pingpong", "wcsr-ws", "wcsr-pingpong")
+# The nn.Linear orientation (op.linear) of every BCSR variant that has one (nbspmm.kernels.bcsr.LINEAR_VARIANTS).
+LINEAR_SUFFIX = "@linear"
 
 
 def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
-    name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass"; those matching the glob `pattern`."""
+    name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
+    ("@linear"); those matching the glob `pattern`."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
 
     names = [f"{fmt}-{kernel}" for fmt, kernels in KERNELS.items() for kernel in kernels]
     names += [f"{name}+two_pass" for name in SANITIZE_TWO_PASS]
+    from nbspmm.kernels.bcsr import LINEAR_VARIANTS
+
+    names += [f"bcsr-{variant}{LINEAR_SUFFIX}" for variant in LINEAR_VARIANTS]
+    names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
     return [name for name in names if fnmatch.fnmatch(name, pattern)]
 
 

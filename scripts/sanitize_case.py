@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
 kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
-wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws).
+wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws);
+"@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -18,6 +19,7 @@ from nbspmm.kernels import wcsr as wcsr_kernels
 
 name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
 kernel, _, combine = name.partition("+")
+kernel, _, orientation = kernel.partition("@")      # "@linear": Y = X Aᵀ (op.linear), BCSR TMA kernels
 fmt_name, _, variant = kernel.partition("-")
 options = {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
@@ -40,7 +42,10 @@ else:
     persistent = variant in wcsr_kernels.VARIANTS and wcsr_kernels.VARIANTS[variant].persistent
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_tiles": 2} if persistent else {}), **options)
 B = rng.standard_normal((K, N)).astype(np.float16)
-C = op(B).copy_to_host()
+if orientation == "linear":
+    C = op.linear(np.ascontiguousarray(B.T)).copy_to_host().T
+else:
+    C = op(B).copy_to_host()
 ref = A.matmul_reference(B)
 err = np.linalg.norm(C - ref) / np.linalg.norm(ref)
 print(f"{name}: rel err {err:.2e}")

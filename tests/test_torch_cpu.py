@@ -122,3 +122,21 @@ def test_custom_op_fake_shapes_and_compiled_graph_keeps_the_op():
     x3 = torch.randn(2, 3, 136, dtype=torch.bfloat16)         # leading dims; the fake's strides = the real ones
     torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
                           (x3, no_bias.blocks, None, no_bias.layer_id, 192))
+
+
+def test_linear_orientation_matches_and_its_fake_strides_are_the_real_ones():
+    """orientation="linear" (y = x @ Wᵀ in the kernel): the same values as the default orientation, a
+    contiguous y, and the custom op's fake agreeing with it (opcheck compares strides); a bad name is
+    refused."""
+    linear = masked_linear()
+    default = BlockSparseLinear.from_dense(linear, 0.5)
+    layer = BlockSparseLinear.from_dense(linear, 0.5, orientation="linear")
+    assert "orientation=linear" in repr(layer) and "orientation" not in repr(default)
+    x = torch.randn(2, 5, 136, dtype=torch.float16)
+    y = layer(x)
+    assert y.is_contiguous() and y.shape == (2, 5, 192)
+    assert torch.equal(y, default(x))
+    torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
+                          (x, layer.blocks, layer.bias, layer.layer_id, 192, True))
+    with pytest.raises(ValueError, match="orientation"):
+        BlockSparseLinear(136, 192, orientation="columns")

@@ -100,10 +100,13 @@ NBSPMM_FORMATS = {
     "csr": {"format": "csr"},
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
+    "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
 }
+# Names whose product is the nn.Linear orientation (``SpMMOperator.linear``), timed on X = Bᵀ and Y = Cᵀ.
+LINEAR_FORMATS = ("bcsr-linear",)
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr", "auto": "wcsr"}
+NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr", "auto": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
@@ -183,6 +186,8 @@ class NbspmmCandidate:
             kernel = next(iter(table[kwargs["format"]]), None)
         if (kwargs["format"], kernel) in getattr(api, "UNVERIFIED", {}):
             kwargs["experimental"] = True
+        if self.format in LINEAR_FORMATS and getattr(api, "LINEAR_UNVERIFIED", None):
+            kwargs["experimental"] = True
         return kwargs
 
     def available(self) -> tuple[bool, str]:
@@ -210,7 +215,8 @@ class NbspmmCandidate:
                                   out_dtype=numpy_dtype(out_dtype), **kwargs)
         except NotImplementedError as exc:
             raise NotBuiltYet(f"SpMMOperator({kwargs}): {exc or 'not implemented'}") from None
-        return _NbspmmPrepared(op, case, inputs, repr(op), out_dtype)
+        prepared = _LinearPrepared if self.format in LINEAR_FORMATS else _NbspmmPrepared
+        return prepared(op, case, inputs, repr(op), out_dtype)
 
 
 class _NbspmmPrepared:
@@ -247,3 +253,31 @@ class _NbspmmPrepared:
 
     def release(self) -> None:
         self.op = self.b = self.out = self.bound = None
+
+
+class _LinearPrepared(_NbspmmPrepared):
+    """The nn.Linear orientation: each input set's B is copied once to X = Bᵀ (N x K, row-major; outside
+    the timing, as a model holds its activations), and each product is ``op.linear(X, out=Y)`` into a
+    preallocated Y (N x M); the check reads Yᵀ."""
+
+    def __init__(self, op, case, inputs: Inputs, note: str, out_dtype: str = NBSPMM_OUT_DTYPE):
+        from nbspmm.bench import gpu
+
+        torch = gpu.import_torch()
+        super().__init__(op, case, inputs, note + " .linear", out_dtype)
+        self.x = [b.t().contiguous() for b in inputs.b]
+        self.out = [torch.empty((case.n, case.m), dtype=gpu.torch_dtype(out_dtype), device="cuda")
+                    for _ in inputs.b]
+
+    def run(self, input_index: int):
+        self.op.linear(self.x[input_index], out=self.out[input_index])
+        return self.out[input_index]
+
+    def to_host(self, out, columns):
+        from nbspmm.bench import gpu
+
+        return gpu.device_to_host(out.t(), columns)
+
+    def release(self) -> None:
+        super().release()
+        self.x = None

@@ -113,23 +113,32 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT,
     return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 
-def _spec(variant: str):
-    cfg = VARIANTS[variant]
+def _spec(variant: str, linear: bool = False):
+    """The registry entry of `variant`; `linear`: its nn.Linear orientation (``op.linear(X)``), listed for
+    the SASS tools and tests, not as a kernel of its own (it is the same operator's other product)."""
+    cfg = replace(VARIANTS[variant], linear=True) if linear else VARIANTS[variant]
+    name = f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr"
     return KernelSpec(
-        name=f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr",
+        name=f"{name}-linear" if linear else name,
         description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), {cfg.epilogue} epilogue, "
                     f"{'warp-specialized' if cfg.specialized else 'unspecialized'}"
                     f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} 64x{cfg.tile_n} tiles; "
-                    f"64x64 fp16 blocks, fp32 out",
+                    f"64x64 fp16 blocks, fp32 out"
+                    + ("; nn.Linear orientation: Y = X A^T, X and Y row-major" if linear else ""),
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
                       + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
-        formats=("bcsr",), variant=variant, prepare=prepare, default=variant == DEFAULT_VARIANT,
+        **({} if linear else {"formats": ("bcsr",), "variant": variant, "prepare": prepare,
+                              "default": variant == DEFAULT_VARIANT}),
     )
 
 
+# The variants that take X = B^T as it lies (``op.linear``): every one whose B rows TMA loads.
+LINEAR_VARIANTS = tuple(name for name, cfg in VARIANTS.items() if cfg.loader == "tma")
 for _variant in VARIANTS:
     register(_spec(_variant))
+for _variant in LINEAR_VARIANTS:
+    register(_spec(_variant, linear=True))
 
 
 def record_timeline(A, N: int, variant: str = "v3", *, dtype=np.float16, seed: int = 0) -> dict:

@@ -16,6 +16,7 @@ held), so a repeated ``op(B, out=C)`` pays one dictionary lookup and the launche
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -85,6 +86,22 @@ def _make_zero_unit_rows(height: int):
     return zero_unit_rows
 
 
+def _make_zero_unit_columns(height: int):
+    def zero_unit_columns(Y, units):
+        """The nn.Linear orientation (Y = C^T): zero Y's columns of the listed units of `height` rows of C.
+        Consecutive threads take consecutive columns of one row of Y."""
+        i = cuda.grid(1)
+        n = Y.shape[0]
+        if i < units.shape[0] * height * n:
+            unit_row, within = i // height, i % height
+            u, r = unit_row // n, unit_row % n
+            col = units[u] * height + within
+            if col < Y.shape[1]:
+                Y[r, col] = 0
+
+    return zero_unit_columns
+
+
 def _make_reduce_partials(out_kind: str, height: int):
     to_out = make_storer(out_kind)
 
@@ -105,6 +122,28 @@ def _make_reduce_partials(out_kind: str, height: int):
     return reduce_partials
 
 
+def _make_reduce_partials_transposed(out_kind: str, height: int):
+    to_out = make_storer(out_kind)
+
+    def reduce_partials_transposed(partials, slot_ptr, units, Y):
+        """The nn.Linear orientation: Y[:, unit columns] = the transposed sum of the unit's partial tiles
+        (stored untransposed, 64 rows of C x N), in plan order. Consecutive threads write consecutive
+        columns of Y (the partials are read with a stride: split units are few)."""
+        i = cuda.grid(1)
+        n = Y.shape[0]
+        if i < units.shape[0] * height * n:
+            unit_row, r = i // height, i % height
+            u, c = unit_row // n, unit_row % n
+            col = units[u] * height + r
+            if col < Y.shape[1]:
+                total = float32(0)
+                for slot in range(slot_ptr[u], slot_ptr[u + 1]):
+                    total += partials[slot * height + r, c]
+                Y[c, col] = to_out(total)
+
+    return reduce_partials_transposed
+
+
 _HELPERS: dict = {}
 
 
@@ -120,6 +159,8 @@ def helper_kernel(name: str, out_kind: str = "f32", unit_rows: int = BLOCK_M):
             "pad": (_copy_padded, (u16, u16)),
             "zero": (_make_zero_unit_rows(unit_rows), (out, i32)),
             "reduce": (_make_reduce_partials(out_kind, unit_rows), (f32, i32, i32, out)),
+            "zero_transposed": (_make_zero_unit_columns(unit_rows), (out, i32)),
+            "reduce_transposed": (_make_reduce_partials_transposed(out_kind, unit_rows), (f32, i32, i32, out)),
         }[name]
         _HELPERS[key] = cuda.jit(signature)(function)
     return _HELPERS[key]
@@ -302,11 +343,43 @@ class PreparedPipeline:
         n_items = len(self.plan.row) * math.ceil(N / cfg.tile_n)
         return min(n_items, self.n_ctas_persistent) if cfg.persistent else n_items
 
+    def linear_orientation(self) -> "PreparedPipeline":
+        """The same device operand multiplied in the nn.Linear orientation (``PipelineConfig.linear``):
+        ``bind(X, Y)`` / ``launch(X, Y)`` compute Y = X A^T with X (N x K) and Y (N x M) row-major, as a
+        model holds activations, with no transposed copy. Built once; shares the tiles, plan and A's map."""
+        if getattr(self, "_linear_twin", None) is None:
+            twin = copy.copy(self)
+            twin.cfg = replace(self.cfg, name=f"{self.cfg.name}-linear", linear=True)   # validates the combination
+            twin.name = twin.cfg.name
+            twin.bound_cache = BoundCache(twin.bind)
+            twin._pad_buffers, twin._partials, twin._linear_twin = {}, {}, twin
+            self._linear_twin = twin
+        return self._linear_twin
+
+    def product_dims(self, B, C) -> tuple[int, int, int]:
+        """(M, N, K) of a product on these operands: C M x N and B K x N, or, in the nn.Linear
+        orientation, Y = C^T (N x M) and X = B^T (N x K)."""
+        if self.cfg.linear:
+            (N, M), K = C.shape, B.shape[1]
+        else:
+            (M, N), K = C.shape, B.shape[0]
+        return M, N, K
+
+    def _tensor_map_boxes(self, cfg: PipelineConfig) -> tuple[tuple, str, tuple]:
+        """(B's box, its swizzle, C's box), rows x columns of the arrays as given: B's BK (or 1, gathered)
+        rows x 64 columns and C's 64-row x 128-byte boxes; in the nn.Linear orientation X's WG_N rows x
+        one A-row span of K (as the A tile) and Y's WG_N-row x 128-byte boxes."""
+        c_columns = store_box_columns(cfg.out_kind)
+        if cfg.linear:
+            return ((cfg.wg_n, cfg.a_span // ELEMENT_BYTES), SWIZZLE_NAME_OF_SPAN[cfg.a_span], (cfg.wg_n, c_columns))
+        return (1 if cfg.gather_b else cfg.block_k, CHUNK_ELEMS), "128B", (BLOCK_M, c_columns)
+
     # -- per-call buffers -----------------------------------------------------------------------------
-    def _padded_b(self, K: int, N: int):
-        key = (K, N)
+    def _padded_b(self, rows: int, cols: int):
+        """A zeroed rows x cols buffer whose row pitch TMA can address (cols rounded up to a multiple of 8)."""
+        key = (rows, cols)
         if key not in self._pad_buffers:
-            self._pad_buffers[key] = cuda.to_device(np.zeros((K, padded_columns(N)), dtype=np.uint16))
+            self._pad_buffers[key] = cuda.to_device(np.zeros((rows, padded_columns(cols)), dtype=np.uint16))
         return self._pad_buffers[key]
 
     def _partials_buffer(self, N: int):
@@ -321,14 +394,14 @@ class PreparedPipeline:
     # -- binding and launching ------------------------------------------------------------------------
     def bind(self, B, C, stamps=None) -> BoundProduct:
         """Pack every launch of ``C = A @ B`` for these buffers (any ``__cuda_array_interface__`` arrays
-        or DeviceMatrix views: B K × N of 16-bit values, C M × N of the output kind, both C-contiguous)."""
+        or DeviceMatrix views: B K × N of 16-bit values, C M × N of the output kind, both C-contiguous;
+        in the nn.Linear orientation, X = B^T N × K and Y = C^T N × M)."""
         from ptx_snippets import encode_tiled
 
         # Detached views: the bound product is cached by address and must not keep the caller's buffers alive.
         B = (B if isinstance(B, DeviceMatrix) else DeviceMatrix.of(B)).detached()
         C = (C if isinstance(C, DeviceMatrix) else DeviceMatrix.of(C)).detached()
-        M, N = C.shape
-        K = B.shape[0]
+        M, N, K = self.product_dims(B, C)
         if M == 0 or N == 0:
             return BoundProduct([], ())
         cfg = self.config_for(N)
@@ -336,24 +409,25 @@ class PreparedPipeline:
             cfg = replace(cfg, epilogue="registers")
         steps, keep_alive = [], []
         B16 = B.view(np.uint16)
-        if padded_columns(N) != N:
-            padded = DeviceMatrix.of(self._padded_b(K, N))
+        b_rows, b_cols = B.shape
+        if padded_columns(b_cols) != b_cols:       # a row pitch TMA cannot address (N, or K for X)
+            padded = DeviceMatrix.of(self._padded_b(b_rows, b_cols))
             pad = PackedLaunch(helper_kernel("pad"), block=HELPER_THREADS)
             pad.set(0, B16)
             pad.set(1, padded)
-            steps.append((pad, helper_grid(K * N)))
+            steps.append((pad, helper_grid(b_rows * b_cols)))
             B16 = padded
-        box_rows = 1 if cfg.gather_b else cfg.block_k
-        b_map = encode_tiled(B16, box=(box_rows, CHUNK_ELEMS), swizzle="128B", dtype=self._tma_dtype)
+        b_box, b_swizzle, c_box = self._tensor_map_boxes(cfg)
+        b_map = encode_tiled(B16, box=b_box, swizzle=b_swizzle, dtype=self._tma_dtype)
         keep_alive.append(b_map)
         c_map = None
         if cfg.epilogue == "tma":
-            # Boxes of 64 rows x 128 bytes, 128-byte swizzle: the layout make_fragment_store_shared writes.
-            c_map = encode_tiled(C, box=(BLOCK_M, store_box_columns(cfg.out_kind)), swizzle="128B",
-                                 dtype=cfg.out_kind)
+            # Boxes of 128-byte rows, 128-byte swizzle: the layout make_fragment_store_shared(_transposed) writes.
+            c_map = encode_tiled(C, box=c_box, swizzle="128B", dtype=cfg.out_kind)
             keep_alive.append(c_map)
+        helpers = ("zero_transposed", "reduce_transposed") if cfg.linear else ("zero", "reduce")
         if cfg.combine == "atomic" and self.split_units is not None:
-            zero = PackedLaunch(helper_kernel("zero", cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
+            zero = PackedLaunch(helper_kernel(helpers[0], cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             zero.set(0, C)
             zero.set(1, self.split_units)
             steps.append((zero, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))
@@ -371,7 +445,7 @@ class PreparedPipeline:
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:
-            reduce = PackedLaunch(helper_kernel("reduce", cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
+            reduce = PackedLaunch(helper_kernel(helpers[1], cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             for index, value in enumerate((partials, self.slot_ptr, self.split_units, C)):
                 reduce.set(index, value)
             steps.append((reduce, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))

@@ -45,7 +45,10 @@ Configurations (`PipelineConfig`, the rungs of the ablation ladder in nbspmm.ker
   epilogue       C from registers, or through swizzled shared memory and TMA stores;
   gather         gathered B rows by 1-row TMA boxes, or by the producer warpgroup's cp.async;
   swapped        (gathered B rows) the sparse tile as wgmma's B with unit_rows = 8 ... 64 rows (N), the B
-                 rows as its A (M = 64 columns of C): C^T per window, transposed by the epilogue.
+                 rows as its A (M = 64 columns of C): C^T per window, transposed by the epilogue;
+  linear         (BCSR, TMA loads) the nn.Linear orientation Y = X A^T, X = B^T and Y = C^T row-major as a
+                 model holds them: X boxes land K-major and wgmma reads them untransposed (tnspB = 0,
+                 mainloops.b_operand); the epilogue stores the accumulator transposed (epilogues.tile_boxes).
 The host side (device copies, tensor maps, packed launches) is nbspmm.kernels.prepared.
 
 Modules. ``config`` (PipelineConfig, and the one home of the hardware constants), ``ring`` (the stage

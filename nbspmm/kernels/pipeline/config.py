@@ -124,6 +124,13 @@ class PipelineConfig:
     # SWAPPED_SLICES accumulators of 64 x unit_rows (one per 64 columns of C); the epilogue transposes.
     swapped: bool = False
     unit_rows: int = BLOCK_M     # rows of C per unit (block row / window); 64 unless swapped
+    # The nn.Linear orientation (BCSR, contiguous B rows): B and C are given transposed, as a model
+    # holds them — X = B^T (N x K row-major: the tokens' activations) and Y = C^T (N x M row-major), so
+    # Y = X A^T with A the (M x K) weight. A k-block's X tile is one TMA box per K chunk and warpgroup
+    # (WG_N rows of X x one swizzle span of K), landing K-major as X lies: wgmma reads it as its B with no
+    # transposition (tnspB = 0), the same descriptor form as the A tile. The epilogue writes the
+    # accumulator (64 rows of C x WG_N columns) transposed into Y.
+    linear: bool = False
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -161,6 +168,9 @@ class PipelineConfig:
             raise ValueError(f"the swapped orientation is built for gathered B rows (WCSR), the warp-specialized "
                              f"cooperative schedule, the register epilogue, units of {SWAPPED_UNIT_ROWS} rows and "
                              f"wg_n = {SWAPPED_SLICES * CHUNK_ELEMS}")
+        if self.linear and (self.gather_b or self.loader != "tma" or self.swapped):
+            raise ValueError("the nn.Linear orientation (X = B^T, Y = C^T) is built for BCSR's contiguous B rows "
+                             "loaded by TMA (not gathered, not the synchronous loader, not swapped)")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
             raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
         if self.smem_bytes > MAX_DYNAMIC_SMEM:
@@ -205,12 +215,16 @@ class PipelineConfig:
         return -(-self.a_tile_bytes // SWIZZLE_ATOM_BYTES) * SWIZZLE_ATOM_BYTES
 
     @property
-    def b_chunks(self):            # 64-column chunks of the B tile
-        return self.tile_n // CHUNK_ELEMS
+    def b_chunks(self):            # 64-column chunks of the B tile (linear: K chunks of one A-row span)
+        return self.a_chunks if self.linear else self.tile_n // CHUNK_ELEMS
 
     @property
-    def b_chunk_bytes(self):       # BK rows of one 128-byte swizzled row each
-        return self.block_k * SWIZZLE_SPAN
+    def b_chunk_bytes(self):       # BK rows of one 128-byte swizzled row each (linear: TILE_N rows of X)
+        return self.tile_n * self.a_span if self.linear else self.block_k * SWIZZLE_SPAN
+
+    @property
+    def b_box_bytes(self):         # linear: one warpgroup's WG_N rows of X in a K chunk (one TMA box)
+        return self.wg_n * self.a_span
 
     @property
     def stage_bytes(self):

@@ -7,7 +7,10 @@ A tile of a whole unit is stored by one of
 a partial tile of a split unit (plan.shared) is combined by one of
   atomic      fp32 red.global.add into C rows zeroed first (fp32 output only);
   two_pass    stored to the fp32 partials buffer; the reduction kernel sums them in plan order.
-The swapped orientation's C^T slices are transposed by the same stores (``make_fragment_store_transposed``).
+The swapped orientation's C^T slices are transposed by the same stores (``make_fragment_store_transposed``);
+in the nn.Linear orientation (cfg.linear) C is given transposed (Y = C^T), so every store of a whole tile
+or an atomic part is transposed (the tma store through a transposed shared tile), while partial tiles go
+to the partials buffer untransposed (the reduction writes Y).
 
 ``make_epilogue(cfg)`` composes the two choices into an :class:`Epilogue` record.
 """
@@ -17,12 +20,12 @@ from typing import Callable, NamedTuple
 
 from numba import int32, uint32
 
-from nbspmm.kernels.pipeline.config import SWAPPED_SLICES, SWIZZLE_SPAN, WARPGROUP, PipelineConfig
+from nbspmm.kernels.pipeline.config import BLOCK_M, SWAPPED_SLICES, SWIZZLE_SPAN, WARPGROUP, PipelineConfig
 from nbspmm.kernels.pipeline.inlining import device, role
 from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
                           make_fragment_atomic_add, make_fragment_store, make_fragment_store_shared,
-                          make_fragment_store_transposed, named_barrier_sync, store_box_columns, tensormap_acquire_fence,
-                          tensormap_prefetch, tma_store_2d)
+                          make_fragment_store_shared_transposed, make_fragment_store_transposed, named_barrier_sync,
+                          store_box_columns, tensormap_acquire_fence, tensormap_prefetch, tma_store_2d)
 from ptx_snippets.fragment import STORE_BOX_BYTES
 
 # Named barrier ids of the consumer warpgroups' epilogues (id 0 is __syncthreads'): EPILOGUE_BAR + g.
@@ -41,7 +44,25 @@ class TileStores(NamedTuple):
     partial: Callable      # fp32 store into the partials buffer
 
 
+def linear_tile_stores(cfg: PipelineConfig) -> TileStores:
+    """The nn.Linear orientation: the 64 x WG_N tile of C at (row0, col0) goes to Y = C^T at (col0, row0)."""
+    store_t = make_fragment_store_transposed(cfg.wg_n, 1, cfg.out_kind)
+    add_t = make_fragment_store_transposed(cfg.wg_n, 1, "f32", "add") if cfg.out_kind == "f32" else store_t
+
+    @role
+    def store(acc, out, row0, col0, thread):
+        store_t((acc,), out, col0, row0, thread)
+
+    @role
+    def add(acc, out, row0, col0, thread):
+        add_t((acc,), out, col0, row0, thread)
+
+    return TileStores(store, add, make_fragment_store(cfg.wg_n, "f32"))
+
+
 def tile_stores(cfg: PipelineConfig) -> TileStores:
+    if cfg.linear:
+        return linear_tile_stores(cfg)
     if cfg.swapped:
         store = make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, cfg.out_kind)
         add = (make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, "f32", "add")
@@ -53,14 +74,46 @@ def tile_stores(cfg: PipelineConfig) -> TileStores:
     return TileStores(store, add, make_fragment_store(cfg.wg_n, "f32"))
 
 
+class StoreBoxes(NamedTuple):
+    """How a warpgroup's tile in shared memory is stored: ``write(acc, region, thread)`` puts it there,
+    ``issue(c_map, region, row0, col0)`` (one thread) stores its boxes with TMA."""
+    write: Callable
+    issue: Callable
+
+
+def tile_boxes(cfg: PipelineConfig) -> StoreBoxes:
+    """C's tile as 64-row x 128-byte boxes at (row0, col0); in the nn.Linear orientation, its transpose
+    as WG_N-row x 128-byte boxes of Y at (col0, row0)."""
+    STORE_BOX_COLS = store_box_columns(cfg.out_kind)
+    if cfg.linear:
+        write = make_fragment_store_shared_transposed(cfg.wg_n, cfg.out_kind)
+        BOXES_T = BLOCK_M * cfg.out_bytes // SWIZZLE_SPAN         # a row of the transpose is 64 elements of C
+        BOX_BYTES_T = cfg.wg_n * SWIZZLE_SPAN
+
+        @role
+        def issue_transposed(c_map, region, row0, col0):
+            for box in range(BOXES_T):                 # coordinates innermost first: (column of Y, row of Y)
+                tma_store_2d(c_map, int32(row0 + box * STORE_BOX_COLS), int32(col0),
+                             region + uint32(box * BOX_BYTES_T))
+
+        return StoreBoxes(write, issue_transposed)
+    STORE_BOXES = cfg.wg_n * cfg.out_bytes // SWIZZLE_SPAN   # 64-row x 128-byte boxes per warpgroup tile
+
+    @role
+    def issue(c_map, region, row0, col0):
+        for box in range(STORE_BOXES):                 # coordinates innermost first: (column, row)
+            tma_store_2d(c_map, int32(col0 + box * STORE_BOX_COLS), int32(row0),
+                         region + uint32(box * STORE_BOX_BYTES))
+
+    return StoreBoxes(make_fragment_store_shared(cfg.wg_n, cfg.out_kind), issue)
+
+
 def make_tma_store(cfg: PipelineConfig):
     """Warpgroup g writes its tile into its shared region; one thread stores the boxes. The region is
     reused only after the previous store has read it (bulk wait_group.read)."""
-    store_shared = make_fragment_store_shared(cfg.wg_n, cfg.out_kind)
+    store_shared, issue_boxes = tile_boxes(cfg)
     EPILOGUE_OFFSET = cfg.stages * cfg.stage_bytes       # after the ring (a multiple of 1024: box alignment)
     EPILOGUE_WG_BYTES = cfg.epilogue_wg_bytes
-    STORE_BOXES = cfg.wg_n * cfg.out_bytes // SWIZZLE_SPAN   # 64-row x 128-byte boxes per warpgroup tile
-    STORE_BOX_COLS = store_box_columns(cfg.out_kind)
 
     @device
     def store_tile_tma(acc, smem_base, c_map, g, thread, row0, col0):
@@ -72,9 +125,7 @@ def make_tma_store(cfg: PipelineConfig):
         fence_proxy_async_shared()                     # generic-proxy st.shared -> the TMA store's async reads
         named_barrier_sync(EPILOGUE_BAR + g, WARPGROUP)
         if thread == 0:
-            for box in range(STORE_BOXES):             # coordinates innermost first: (column, row)
-                tma_store_2d(c_map, int32(col0 + box * STORE_BOX_COLS), int32(row0),
-                             region + uint32(box * STORE_BOX_BYTES))
+            issue_boxes(c_map, region, row0, col0)
             bulk_commit_group()
 
     return store_tile_tma

@@ -1,7 +1,9 @@
 """Mainloop roles: the accumulator and the wgmma over one stage, in one of two orientations.
 
   normal    the sparse tile is wgmma's A (M = 64 rows of C, K-major), the B rows its B (MN-major): one
-            64 x WG_N fp32 accumulator per consumer warpgroup;
+            64 x WG_N fp32 accumulator per consumer warpgroup; in the nn.Linear orientation (cfg.linear)
+            the B tile is X = B^T as TMA loads it, K-major: the same accumulator, only B's descriptor and
+            wgmma's tnspB differ (``b_operand``);
   swapped   (gathered B rows) C^T = B^T A^T per window: the B rows are wgmma's A (M = 64 columns of C,
             MN-major), the sparse tile of UNIT_ROWS (8 ... 64) rows its B (K-major): SWAPPED_SLICES
             accumulators of 64 x UNIT_ROWS per warpgroup, transposed by the epilogue.
@@ -18,7 +20,7 @@ from numba import uint32
 from nbspmm.kernels.pipeline.config import (CHUNK_ELEMS, K_STEP_BYTES_KMAJOR, K_STEP_BYTES_MNMAJOR,
                                             MMA_K, SWIZZLE_ATOM_BYTES, SWIZZLE_ATOM_ROWS, SWIZZLE_CODE_OF_SPAN,
                                             PipelineConfig)
-from nbspmm.kernels.pipeline.inlining import device
+from nbspmm.kernels.pipeline.inlining import device, role
 from nbspmm.kernels.pipeline.probes import make_loads_only_multiply
 from ptx_snippets import make_smem_descriptor, make_wgmma, make_zero_accumulator, wgmma_commit_group, wgmma_fence
 from ptx_snippets.descriptor import SWIZZLE_128B
@@ -61,10 +63,47 @@ def _dtype(cfg):
     return "bf16" if cfg.in_kind == "bf16" else "f16"
 
 
+class BOperand(NamedTuple):
+    """How wgmma reads the stage's B tile: its transpose flag (tnspB), the descriptor of k16 step kk from
+    warpgroup g's first row / column (``descriptor(b_base, kk)``), and where warpgroup g's part starts."""
+    trans_b: int
+    descriptor: Callable
+    wg_offset: int
+
+
+def b_operand(cfg: PipelineConfig) -> BOperand:
+    layout = stage_layout(cfg)
+    if not cfg.linear:
+        # B rows as they lie in B (N inner): MN-major SW128, wgmma transposes them (tnspB = 1); the next
+        # k16 step is 16 rows (K_STEP_BYTES_MNMAJOR) further.
+        B_LBO, B_SBO = layout.b_lbo, layout.b_sbo
+
+        @role
+        def b_mn_major(b_base, kk):
+            return make_smem_descriptor(b_base + uint32(kk * K_STEP_BYTES_MNMAJOR), B_LBO, B_SBO, SWIZZLE_128B)
+
+        return BOperand(1, b_mn_major, layout.wg_b_offset)
+    # X = B^T as it lies (K inner): K-major, swizzled by its row span as the A tile — rows of N 8-row
+    # groups 8 · span apart (SBO), the next k16 step 32 bytes further within a chunk, K chunks
+    # B_CHUNK_BYTES apart; tnspB = 0. Warpgroup g's WG_N rows start g · WG_N rows into each chunk.
+    B_CHUNK_BYTES, K_STEPS_PER_CHUNK = layout.b_chunk_bytes, layout.k_steps_per_chunk
+    X_LBO, X_SBO, X_SWIZZLE = layout.a_lbo, layout.a_sbo, layout.a_swizzle
+
+    @role
+    def b_k_major(b_base, kk):
+        return make_smem_descriptor(b_base + uint32((kk // K_STEPS_PER_CHUNK) * B_CHUNK_BYTES
+                                                    + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR),
+                                    X_LBO, X_SBO, X_SWIZZLE)
+
+    return BOperand(0, b_k_major, 0 if cfg.pingpong else cfg.b_box_bytes)
+
+
 def make_normal_mainloop(cfg: PipelineConfig) -> Mainloop:
-    mma = make_wgmma(cfg.wg_n, dtype=_dtype(cfg), a="smem", trans_a=0, trans_b=1)
-    (STAGE_BYTES, A_STAGE_BYTES, A_CHUNK_BYTES, K_STEPS, K_STEPS_PER_CHUNK, A_SWIZZLE, A_LBO, A_SBO, B_LBO, B_SBO,
-     WG_B_OFFSET, _) = stage_layout(cfg)
+    b = b_operand(cfg)
+    mma = make_wgmma(cfg.wg_n, dtype=_dtype(cfg), a="smem", trans_a=0, trans_b=b.trans_b)
+    (STAGE_BYTES, A_STAGE_BYTES, A_CHUNK_BYTES, K_STEPS, K_STEPS_PER_CHUNK, A_SWIZZLE, A_LBO, A_SBO, _, _,
+     _, _) = stage_layout(cfg)
+    b_descriptor, WG_B_OFFSET = b.descriptor, b.wg_offset
 
     @device
     def multiply_stage(acc, smem_base, stage, g):
@@ -75,9 +114,7 @@ def make_normal_mainloop(cfg: PipelineConfig) -> Mainloop:
         for kk in range(K_STEPS):
             a_addr = a_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
                                      + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR)
-            b_addr = b_base + uint32(kk * K_STEP_BYTES_MNMAJOR)
-            acc = mma(acc, make_smem_descriptor(a_addr, A_LBO, A_SBO, A_SWIZZLE),
-                      make_smem_descriptor(b_addr, B_LBO, B_SBO, SWIZZLE_128B), uint32(1))
+            acc = mma(acc, make_smem_descriptor(a_addr, A_LBO, A_SBO, A_SWIZZLE), b_descriptor(b_base, kk), uint32(1))
         wgmma_commit_group()
         return acc
 

@@ -51,15 +51,18 @@ def acquire_maps(a_map_addr, b_map_addr):
 
 def make_load_stage_tma(cfg: PipelineConfig, ring, stage_bytes: int):
     """One elected thread: arm full[stage] with the stage's bytes, then issue its TMA copies (coordinates
-    innermost first: (column, row)): gathered B rows (1-row boxes) or BCSR's BK consecutive rows.
-    (One function with a build-time branch: split into two, the gathered kernels' SASS changed.)"""
+    innermost first: (column, row)): gathered B rows (1-row boxes), BCSR's BK consecutive rows, or (the
+    nn.Linear orientation) the BK columns of X = B^T, one box of WG_N rows per K chunk and warpgroup.
+    (One function with build-time branches: split into two, the gathered kernels' SASS changed.)"""
     producer_arm = ring.producer_arm
     STAGE_BYTES, UNIT_ROWS, BK = stage_bytes, cfg.unit_rows, cfg.block_k
     A_CHUNKS, A_CHUNK_BYTES, A_STAGE_BYTES = cfg.a_chunks, cfg.a_chunk_bytes, cfg.a_stage_bytes
     A_CHUNK_ELEMS = cfg.a_span // ELEMENT_BYTES
     B_CHUNKS, B_CHUNK_BYTES = cfg.b_chunks, cfg.b_chunk_bytes
 
-    GATHER_B = cfg.gather_b
+    GATHER_B, LINEAR = cfg.gather_b, cfg.linear
+    # linear: X's boxes are WG_N rows (TMA's box extent is at most 256) of one A-row span of K each.
+    X_BOXES, X_BOX_BYTES, WG_N = cfg.tile_n // cfg.wg_n, cfg.b_box_bytes, cfg.wg_n
 
     @device
     def load_stage_tma(bars, stage, smem_base, a_map, b_map, col_index, blk, n0, K):
@@ -75,6 +78,12 @@ def make_load_stage_tma(cfg: PipelineConfig, ring, stage_bytes: int):
                 for j in range(B_CHUNKS):
                     tma_load_2d(dst + uint32(A_STAGE_BYTES + j * B_CHUNK_BYTES + r * SWIZZLE_SPAN), b_map,
                                 int32(n0 + j * CHUNK_ELEMS), int32(k), bar)
+        elif LINEAR:
+            k0 = col_index[blk, 0] * BK                # the block's first column of X
+            for c in range(B_CHUNKS):                  # K chunks, as the A tile's
+                for w in range(X_BOXES):               # rows n0 + w * WG_N ... of X: warpgroup w's columns of C
+                    tma_load_2d(dst + uint32(A_STAGE_BYTES + c * B_CHUNK_BYTES + w * X_BOX_BYTES), b_map,
+                                int32(k0 + c * A_CHUNK_ELEMS), int32(n0 + w * WG_N), bar)
         else:
             k0 = col_index[blk, 0] * BK                # the block's first row of B
             for j in range(B_CHUNKS):
