@@ -150,15 +150,6 @@ def test_sass(name):
     """The linear kernels assemble for sm_90a with the Hopper instructions of their variant and no
     local-memory traffic. (The 256-column warpgroups — wide, pingpong, pingpong-tma — spill in this
     orientation: see NOTES.md.)"""
-    from nbspmm.kernels.registry import get
-    from ptx_snippets.inspect import assemble, compile_for_hopper, disassemble, instructions
+    from tests.test_bcsr_cpu import assert_hopper_sass
 
-    spec = get(name)
-    pyfunc, sig, opts = spec.build()
-    ptx, _ = compile_for_hopper(pyfunc, sig, **opts)
-    cubin, info = assemble(ptx)
-    sass = disassemble(cubin)
-    found = instructions(sass)
-    for prefix in spec.expected_sass:
-        assert any(m.startswith(prefix) for m in found), f"{name}: no {prefix} in SASS"
-    assert " LDL" not in sass and " STL" not in sass, f"{name}: local-memory traffic in SASS ({info})"
+    assert_hopper_sass(name)
