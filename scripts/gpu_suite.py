@@ -92,7 +92,9 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400,
     and none runs past it, so the summary gets out before the device's limit."""
     from concurrent.futures import ThreadPoolExecutor
 
+    # the fuzz campaign's figures (cases, mismatches, per-configuration times) are a results file
     env = dict(os.environ, NBSPMM_REQUIRE_GPU="1", PYTHONUNBUFFERED="1")
+    env.setdefault("NBSPMM_FUZZ_RESULTS", str(out / "fuzz.json"))
     rows = []
     total_rc = 0
     xml_dir = Path(tempfile.mkdtemp(prefix="gpu_junit_"))   # the device returns only 8 files from --out
@@ -174,10 +176,15 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     return [name for name in names if fnmatch.fnmatch(name, pattern)]
 
 
-def sanitize(out: Path, jobs: int = 1, pattern: str = "*") -> list[tuple[str, str, str]]:
+SANITIZE_TIMEOUT_S = 300         # one tool on one case
+MIN_SANITIZE_START_S = 60         # do not start a sanitizer run with less time than this before the deadline
+
+
+def sanitize(out: Path, jobs: int = 1, pattern: str = "*", deadline: float | None = None) -> list[tuple[str, str, str]]:
     """compute-sanitizer's memcheck, racecheck and synccheck on the small case of scripts/sanitize_case.py
     of every registered kernel matching `pattern` (``sanitize_cases``), `jobs` processes at once (each
-    its own CUDA context). The summary goes to out/sanitize.json, the logs to out/sanitize.log."""
+    its own CUDA context). No run starts within MIN_SANITIZE_START_S of ``deadline`` (listed NOT RUN) and
+    none runs past it. The summary goes to out/sanitize.json, the logs to out/sanitize.log."""
     from concurrent.futures import ThreadPoolExecutor
 
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
@@ -186,15 +193,23 @@ def sanitize(out: Path, jobs: int = 1, pattern: str = "*") -> list[tuple[str, st
 
     def run_one(run):
         variant, check = run
+        budget = SANITIZE_TIMEOUT_S if deadline is None else min(SANITIZE_TIMEOUT_S, deadline - time.time())
+        if budget < MIN_SANITIZE_START_S:
+            return None
         log = scratch / f"sanitize_{variant}_{check}.log"
         rc, secs = run_logged([tool, "--tool", check, "--error-exitcode", "99", sys.executable,
-                               "scripts/sanitize_case.py", variant], log, timeout=300)
+                               "scripts/sanitize_case.py", variant], log, timeout=budget)
         return rc, secs, log.read_text(errors="replace")
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(run_one, runs))
     rows, records = [], []
-    for (variant, check), (rc, secs, text) in zip(runs, results):
+    for (variant, check), outcome in zip(runs, results):
+        if outcome is None:
+            rows.append((f"sanitizer {check} {variant}", "NOT RUN", "the deadline came first: run it in another call"))
+            records.append({"case": variant, "tool": check, "verdict": "NOT RUN"})
+            continue
+        rc, secs, text = outcome
         with open(out / "sanitize.log", "a") as f:
             f.write(f"\n{'=' * 30} {check} {variant} (rc={rc}) {'=' * 30}\n{text}")
         summary = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
@@ -203,7 +218,9 @@ def sanitize(out: Path, jobs: int = 1, pattern: str = "*") -> list[tuple[str, st
         records.append({"case": variant, "tool": check, "rc": rc, "errors": int(summary[-1]) if summary else None,
                         "case_ok": "case ok" in text, "seconds": round(secs, 1), "verdict": verdict})
     passed = sum(r["verdict"] == "PASS" for r in records)
-    (out / "sanitize.json").write_text(json.dumps({"runs": len(records), "passed": passed, "pattern": pattern,
+    ran = sum(r["verdict"] != "NOT RUN" for r in records)
+    (out / "sanitize.json").write_text(json.dumps({"runs": ran, "passed": passed, "not_run": len(records) - ran,
+                                                   "pattern": pattern, "environment": recorded_environment(),
                                                    "cases": sorted({r["case"] for r in records}),
                                                    "results": records}, indent=1))
     return rows
@@ -312,8 +329,8 @@ def main() -> int:
     parser.add_argument("--notebooks", nargs="?", const="*", default=None, metavar="GLOB",
                         help="execute the notebooks (all, or those whose file name matches GLOB) with the GPU")
     parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
-                        help="seconds after the start after which --tests and --notebooks start no module / "
-                             f"notebook and stop a running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
+                        help="seconds after the start after which --tests, --sanitize and --notebooks start no module / "
+                             f"run / notebook and stop a running one (default {DEFAULT_DEADLINE_S}: the device allows 600 s per command)")
     args = parser.parse_args()
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -322,7 +339,7 @@ def main() -> int:
         rows += gpu_tests(args.out, args.tests or None, args.jobs, args.test_timeout,
                           deadline=started + args.deadline_s)
     if args.sanitize is not None:
-        rows += sanitize(args.out, args.jobs, args.sanitize)
+        rows += sanitize(args.out, args.jobs, args.sanitize, deadline=started + args.deadline_s)
     if args.record is not None:
         rows += record(args.out, args.record or None)
     for index, spec in enumerate(args.bench):

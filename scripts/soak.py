@@ -97,13 +97,25 @@ def summarize(rounds: list[dict], products: int, seconds: float) -> dict:
     }
 
 
+def environment() -> dict:
+    """What a results file names: the date, the GPU and the commit (NBSPMM_COMMIT, set by the caller)."""
+    import datetime
+    import os
+
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return {"date": datetime.date.today().isoformat(), "commit": os.environ.get("NBSPMM_COMMIT", "unknown"),
+            "gpu": name.decode() if isinstance(name, bytes) else str(name)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--products", type=int, default=100_000)
     parser.add_argument("--per-operator", type=int, default=1000, help="products per operator before it is dropped")
     parser.add_argument("--out", type=Path, required=True, help="the results JSON")
     args = parser.parse_args()
-    record = soak(args.products, args.per_operator)
+    record = {"environment": environment(), **soak(args.products, args.per_operator)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1))
     print(json.dumps({k: v for k, v in record.items() if k != "rounds"}, indent=1))

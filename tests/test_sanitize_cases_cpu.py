@@ -24,3 +24,35 @@ def test_every_registered_kernel_is_sanitized():
     linear = {name for name in cases if name.endswith("@linear")}
     assert linear == {f"bcsr-{variant}@linear" for variant in LINEAR_VARIANTS}
     assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws+two_pass"]
+
+
+def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
+    """With the sanitizer runs faked: one run passes, one finds an error, and with the deadline too near
+    every run is listed NOT RUN (none started) and the JSON counts them apart."""
+    import json
+    import time
+
+    texts = {"memcheck": "case ok\n========= ERROR SUMMARY: 0 errors\n",
+             "racecheck": "case ok\n========= RACECHECK SUMMARY: 2 hazards displayed\n",
+             "synccheck": "case ok\n========= ERROR SUMMARY: 0 errors\n"}
+    started = []
+
+    def fake_run_logged(cmd, log_path, env=None, timeout=None):
+        tool = cmd[cmd.index("--tool") + 1]
+        started.append(tool)
+        Path(log_path).write_text(texts[tool])
+        return (99 if tool == "racecheck" else 0), 1.0
+
+    monkeypatch.setattr(gpu_suite, "run_logged", fake_run_logged)
+    rows = gpu_suite.sanitize(tmp_path, pattern="bcsr-v3")
+    assert [verdict for _, verdict, _ in rows] == ["PASS", "FAIL rc=99", "PASS"]
+    record = json.loads((tmp_path / "sanitize.json").read_text())
+    assert (record["runs"], record["passed"], record["not_run"]) == (3, 2, 0)
+
+    started.clear()
+    late = tmp_path / "late"
+    late.mkdir()
+    rows = gpu_suite.sanitize(late, pattern="bcsr-v3", deadline=time.time() + gpu_suite.MIN_SANITIZE_START_S / 2)
+    assert started == [] and {verdict for _, verdict, _ in rows} == {"NOT RUN"}
+    record = json.loads((late / "sanitize.json").read_text())
+    assert (record["runs"], record["passed"], record["not_run"]) == (0, 0, 3)

@@ -16,6 +16,20 @@ from tests.gpu import fuzz
 COMPILES_PER_CONFIG = 3
 
 
+def _device_name(device) -> str:
+    return device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+
+
+def _environment() -> dict:
+    """What a results file names: the date, the GPU and the commit (NBSPMM_COMMIT, set by the GPU suite's caller)."""
+    import datetime
+
+    from numba import cuda
+
+    return {"date": datetime.date.today().isoformat(), "gpu": _device_name(cuda.get_current_device()),
+            "commit": os.environ.get("NBSPMM_COMMIT", "unknown")}
+
+
 @pytest.mark.gpu
 def test_fuzz_campaign():
     from nbspmm.kernels.pipeline import build as pipeline_build
@@ -27,6 +41,7 @@ def test_fuzz_campaign():
                            time_budget_s=float(os.environ.get("NBSPMM_FUZZ_BUDGET_S", "420")),
                            save=lambda case, message: fuzz.save_regression(case, message, saved_to))
     record["pipeline_kernels_compiled"] = len(pipeline_build._COMPILED) - compiled_before
+    record["environment"] = _environment()
     if os.environ.get("NBSPMM_FUZZ_RESULTS"):
         with open(os.environ["NBSPMM_FUZZ_RESULTS"], "w") as f:
             json.dump(record, f, indent=1)
