@@ -163,7 +163,7 @@ LINEAR_SUFFIX = "@linear"
 def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
     name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
-    ("@linear"); those matching the glob `pattern`."""
+    ("@linear"); those matching the glob `pattern` (several globs: comma-separated)."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
 
@@ -173,7 +173,8 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
 
     names += [f"bcsr-{variant}{LINEAR_SUFFIX}" for variant in LINEAR_VARIANTS]
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
-    return [name for name in names if fnmatch.fnmatch(name, pattern)]
+    globs = pattern.split(",")
+    return [name for name in names if any(fnmatch.fnmatch(name, glob) for glob in globs)]
 
 
 SANITIZE_TIMEOUT_S = 300         # one tool on one case
@@ -320,7 +321,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="test modules (and sanitizer runs) run at once (default 1)")
     parser.add_argument("--sanitize", nargs="?", const="*", default=None, metavar="GLOB",
                         help="compute-sanitizer memcheck / racecheck / synccheck on every registered kernel "
-                             "(or those whose case name, e.g. bcsr-v4-tma or wcsr-ws+two_pass, matches GLOB)")
+                             "(or those whose case name, e.g. bcsr-v4-tma or wcsr-ws+two_pass, matches GLOB; "
+                             "several globs comma-separated)")
     parser.add_argument("--record", nargs="?", const="", default=None, metavar="WHAT",
                         help="record what the notebooks show into recorded/ (all, or timelines | wcsr_balance)")
     parser.add_argument("--bench", action="append", default=[], metavar="SUITE[:ARGS]",

@@ -56,3 +56,7 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
     assert started == [] and {verdict for _, verdict, _ in rows} == {"NOT RUN"}
     record = json.loads((late / "sanitize.json").read_text())
     assert (record["runs"], record["passed"], record["not_run"]) == (0, 0, 3)
+
+
+def test_several_globs_select_their_union():
+    assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments"]
