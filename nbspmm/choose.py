@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 import formats
 from nbspmm.kernels import rows as row_kernel
+from nbspmm.kernels import segments as segment_kernel
 
 MODEL_FILE = Path(__file__).resolve().parent / "cost_model.json"
 DEFAULT_N_COLS = 128                 # the N the model assumes when the caller gives no hint
@@ -58,6 +59,7 @@ class Counts:
     wcsr_tiles: float                # 64 × 16 tiles of 64-row windows
     swapped_tiles: float             # 16 × 16 tiles of 16-row windows
     max_row_nnz: int
+    pieces: int                      # the segment kernel's pieces: Σ over rows of max(1, ceil(row nnz / GROUP))
     sampled_fraction: float = 1.0    # nonzeros in the counted bands / nnz
 
     def as_dict(self) -> dict:
@@ -96,7 +98,9 @@ def count_structure(A) -> Counts:
                   bcsr_blocks=formats.estimate.block_count(rows, cols, k, BCSR_BLOCK) * scale,
                   wcsr_tiles=formats.estimate.window_tiles(rows, cols, k, WCSR_WINDOW_ROWS, TILE_COLS)[1] * scale,
                   swapped_tiles=formats.estimate.window_tiles(rows, cols, k, SWAPPED_WINDOW_ROWS, TILE_COLS)[1] * scale,
-                  max_row_nnz=int(np.diff(A.indptr).max(initial=0)), sampled_fraction=fraction)
+                  max_row_nnz=int(np.diff(A.indptr).max(initial=0)),
+                  pieces=int(np.maximum(1, -(-np.diff(A.indptr) // segment_kernel.GROUP)).sum()),  # an empty row: one piece
+                  sampled_fraction=fraction)
 
 
 # ---------------------------------------------------------------- candidates and their features
@@ -128,6 +132,20 @@ def _rows_features(c: Counts, n: int) -> dict[str, float]:
             "cut rows launch": float(c.max_row_nnz > row_kernel.MAX_ITEM_NONZEROS)}
 
 
+def _segments_features(c: Counts, n: int) -> dict[str, float]:
+    # Every lane group walks its segments once per column slice of lanes × 8 columns (the lanes chosen
+    # as the kernel does, by K and N): each slice re-reads the pieces' indices and values. A piece is a
+    # round of up to GROUP B-row loads, the next piece's indices loaded meanwhile. A row longer than one
+    # segment is split (fp32 atomics) and its rows zeroed first: one more launch.
+    lanes = segment_kernel.default_lanes(c.k, n, VALUE_BYTES)
+    slices = -(-n // (lanes * segment_kernel.OCTET))
+    segment_nonzeros = segment_kernel.GROUP * segment_kernel.SEGMENT_PIECES
+    return {"launch": 1.0, "gathered B MB": c.nnz * n * VALUE_BYTES / MB,
+            "A MB": slices * c.nnz * (VALUE_BYTES + INDEX_BYTES) / MB, "C MB": _c_mb(c, n),
+            "M piece slices": slices * c.pieces / 1e6,
+            "split rows launch": float(c.max_row_nnz > segment_nonzeros)}
+
+
 def _dense_features(c: Counts, n: int) -> dict[str, float]:
     return {"launch": 1.0, "dense GFLOP": 2.0 * c.m * c.k * n / 1e9, "A MB": c.m * c.k * VALUE_BYTES / MB,
             "C MB": _c_mb(c, n)}
@@ -151,6 +169,7 @@ CANDIDATES = (
     Candidate("swapped", "wcsr", "swapped", {"window_rows": SWAPPED_WINDOW_ROWS, "tile_cols": TILE_COLS},
               _tile_features(lambda c: c.swapped_tiles, SWAPPED_WINDOW_ROWS)),
     Candidate("csr-rows", "csr", "rows", {}, _rows_features),
+    Candidate("csr-segments", "csr", "segments", {}, _segments_features),
     Candidate("dense", "dense", "cublas", {}, _dense_features, selectable=False),
 )
 CANDIDATE = {c.name: c for c in CANDIDATES}
@@ -201,9 +220,18 @@ class Choice:
             cand = CANDIDATE[name]
             mark = "->" if name == self.candidate else "  "
             extra = "" if cand.selectable else "  (reported only: the operator has no dense path)"
+            extra = "  (experimental: not chosen)" if name in experimental_candidates() else extra
             lines.append(f"  {mark} {name:9s} format={cand.format}, kernel={cand.kernel}: {us:10.1f} µs{extra}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+
+def experimental_candidates() -> set[str]:
+    """The candidates whose kernel is still experimental (``nbspmm.api.UNVERIFIED``): predicted and
+    explained, never chosen."""
+    from nbspmm.api import UNVERIFIED      # api imports this module: read at call time
+
+    return {c.name for c in CANDIDATES if (c.format, c.kernel) in UNVERIFIED}
 
 
 def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | None = None) -> Choice:
@@ -214,10 +242,14 @@ def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | 
     model = load_model() if model is None else model
     counts = count_structure(A)
     predicted = {c.name: t for c in CANDIDATES if (t := predict_us(model, c, counts, n_cols)) is not None}
-    selectable = [name for name in predicted if CANDIDATE[name].selectable]
+    experimental = experimental_candidates()
+    selectable = [name for name in predicted if CANDIDATE[name].selectable and name not in experimental]
     best = min(selectable, key=predicted.__getitem__)
     notes = [f"{name} is not in the cost model (no recorded H200 times)"
              for name in CANDIDATE if name not in predicted]
+    notes += [f"{name} is predicted faster ({predicted[name]:.1f} vs {predicted[best]:.1f} µs) but is experimental "
+              f"(nbspmm.api.UNVERIFIED): not chosen" for name in experimental
+              if name in predicted and predicted[name] < predicted[best]]
     fastest = min(predicted, key=predicted.__getitem__)
     if not CANDIDATE[fastest].selectable:
         notes.append(f"dense cuBLAS is predicted faster ({predicted[fastest]:.1f} vs {predicted[best]:.1f} µs): "

@@ -39,7 +39,8 @@ NOTE_KERNEL = re.compile(r"format=(\w+), kernel=([\w-]+), dtype=float16, out_dty
 # ("v4-tma", "v4"); the current code writes "bcsr" for the default variant (v4-tma) and "bcsr-v4".
 NOTE_TO_CANDIDATE = {("bcsr", "v4-tma"): "bcsr", ("bcsr", "bcsr"): "bcsr", ("bcsr", "v4"): "bcsr-v4",
                      ("bcsr", "bcsr-v4"): "bcsr-v4", ("wcsr", "wcsr-ws"): "wcsr",
-                     ("wcsr", "wcsr-swapped"): "swapped", ("csr", "csr-rows"): "csr-rows"}
+                     ("wcsr", "wcsr-swapped"): "swapped", ("csr", "csr-rows"): "csr-rows",
+                     ("csr", "csr-segments"): "csr-segments"}
 DENSE_PEER = "cublas_dense"
 
 
@@ -115,8 +116,10 @@ def fit(counts: dict[str, choose.Counts], cases: dict, leave_out: str | None = N
 def picks_right(model: dict, counts: choose.Counts, n: int, times: dict[str, float],
                 include_dense: bool = False) -> tuple[bool, str, str]:
     """(pick within TOLERANCE of the fastest measured, pick, fastest), choosing among the measured
-    candidates of the case (selectable ones, plus dense when ``include_dense``)."""
-    allowed = [k for k in times if choose.CANDIDATE[k].selectable or include_dense]
+    candidates of the case (selectable ones that are not experimental — what format="auto" may pick —
+    plus dense when ``include_dense``)."""
+    experimental = choose.experimental_candidates()
+    allowed = [k for k in times if (choose.CANDIDATE[k].selectable and k not in experimental) or include_dense]
     predicted = {k: choose.predict_us(model, choose.CANDIDATE[k], counts, n) for k in allowed}
     pick = min(allowed, key=predicted.__getitem__)
     fastest = min(allowed, key=times.__getitem__)
@@ -139,7 +142,9 @@ def accuracy(counts, cases, leave_one_out: bool) -> tuple[float, list[str]]:
 def coverage(model: dict, counts, cases) -> str:
     """What the accuracy above does not show: picks among all candidates that were never measured for
     their case, and the cases where dense cuBLAS (reported only) was measured fastest."""
-    selectable = [c for c in choose.CANDIDATES if c.selectable and c.name in model["kernels"]]
+    experimental = choose.experimental_candidates()
+    selectable = [c for c in choose.CANDIDATES
+                  if c.selectable and c.name not in experimental and c.name in model["kernels"]]
     unmeasured, dense_faster = [], []
     for (label, n), times in sorted(cases.items()):
         pick = min(selectable, key=lambda c: choose.predict_us(model, c, counts[label], n)).name
