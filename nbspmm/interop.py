@@ -40,6 +40,19 @@ def framework_of(x) -> str:
     return NUMBA
 
 
+def layout_key(x):
+    """What a product's checks read of a torch tensor or a cupy array — where it is, its shape, strides
+    and dtype — as one hashable tuple, from the array's own attributes (a fraction of a µs; no
+    ``__cuda_array_interface__`` dictionary); None for anything else (numba arrays, numpy). Two arrays
+    with equal keys pass the same checks and bind the same product."""
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return TORCH, x.is_cuda, x.data_ptr(), x.shape, x.stride(), x.dtype
+    if module.startswith("cupy"):
+        return CUPY, x.data.ptr, x.shape, x.strides, x.dtype
+    return None
+
+
 def stream_handle(stream) -> int:
     """The raw handle of a stream object: torch (``.cuda_stream``), cupy (``.ptr``), numba (``.handle``),
     a CUstream (``int()``) or an int already."""
@@ -52,7 +65,7 @@ def stream_handle(stream) -> int:
     if handle is not None:
         return int(getattr(handle, "value", handle) or 0)
     if isinstance(stream, str):
-        raise TypeError(f"stream must be a torch, cupy or numba stream, a CUstream or an int handle; got a str")
+        raise TypeError("stream must be a torch, cupy or numba stream, a CUstream or an int handle; got a str")
     try:
         return int(stream)
     except TypeError:

@@ -80,10 +80,12 @@ class FakePrepared:
         return product
 
 
-def fake_operator(shape=(6, 4), in_kind="f16", out_kind="f32"):
+def fake_operator(shape=(6, 4), in_kind="f16", out_kind="f32", prepared=None):
     op = object.__new__(SpMMOperator)
     op.shape, op.in_kind, op.out_kind = shape, in_kind, out_kind
-    op._prepared = FakePrepared()
+    op._prepared = FakePrepared() if prepared is None else prepared
+    op._checked, op._checked_inputs = {}, {}
+    op._bound_cache = getattr(op._prepared, "bound_cache", None)
     return op
 
 
@@ -124,3 +126,138 @@ def test_import_nbspmm_does_not_import_torch():
     code = "import sys, nbspmm, nbspmm.api, nbspmm.interop, nbspmm.pruning; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+class TorchLike(FakeDeviceArray):
+    """A CUDA tensor as far as ``interop.layout_key`` and the checks look (a torch-named module)."""
+    __module__ = "torch.fake"
+
+    def __init__(self, shape, dtype, ptr=0x10000, strides=None):
+        super().__init__(shape, dtype, ptr)
+        self.is_cuda, self.device = True, "cuda:0"
+        itemsize = self.dtype.itemsize
+        self._strides = strides or tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+        self._bytes = tuple(s * itemsize for s in self._strides)
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self._strides
+
+    def get_device(self):
+        return 0
+
+    @property
+    def __cuda_array_interface__(self):
+        return {**super().__cuda_array_interface__, "strides": self._bytes}
+
+
+class CachedPrepared:
+    """A prepared product with the real BoundCache: bound products record their launches."""
+
+    def __init__(self):
+        from nbspmm.kernels.prepared import BoundCache
+
+        self.binds, self.launches, self.direct = 0, [], 0
+        self.bound_cache = BoundCache(self.bind)
+
+    def bind(self, B, C):
+        self.binds += 1
+        return lambda stream=None: self.launches.append((B.ptr, C.ptr, C.shape, int(stream)))
+
+    def launch(self, B, C, stream=None):          # the path of the products with checks on request
+        self.direct += 1
+        self.bound_cache.get(B, C)(stream)
+
+
+@pytest.fixture
+def torch_streams(monkeypatch):
+    """torch as far as the operator asks: the current raw stream (42) and torch.empty (a new address each)."""
+    addresses = iter(range(0x100000, 0x200000, 0x1000))
+    made = []
+
+    def empty(shape, dtype, device):
+        made.append(TorchLike(shape, np.float32, ptr=next(addresses)))
+        return made[-1]
+
+    fake_torch = SimpleNamespace(float32="torch.float32", float16="torch.float16", bfloat16="torch.bfloat16",
+                                 empty=empty, _C=SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 42))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    return made
+
+
+def test_a_repeated_call_skips_the_checks_but_not_the_launch(torch_streams, monkeypatch):
+    from nbspmm import api
+
+    op = fake_operator(prepared=CachedPrepared())
+    B, out = TorchLike((4, 5), np.float16), TorchLike((6, 5), np.float32, ptr=0x30000)
+    checked = []
+    real_check = api.as_device_matrix
+    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: checked.append(k["name"]) or real_check(*a, **k))
+    for _ in range(3):
+        assert op(B, out=out) is out
+    assert checked == ["B", "out"] and op._prepared.binds == 1 and op._prepared.direct == 0
+    assert op._prepared.launches == [(0x10000, 0x30000, (6, 5), 42)] * 3
+    op(B, out=out, stream=7)                                   # the stream is looked up on every call
+    assert op._prepared.launches[-1][3] == 7 and checked == ["B", "out"]
+
+
+def test_a_layout_not_seen_is_checked_again(torch_streams):
+    """Same address, another dtype / shape / strides: each is a new key, so the checks run (and refuse)."""
+    op = fake_operator(prepared=CachedPrepared())
+    B, out = TorchLike((4, 5), np.float16), TorchLike((6, 5), np.float32, ptr=0x30000)
+    op(B, out=out)
+    with pytest.raises(TypeError, match="dtype"):
+        op(TorchLike((4, 5), np.float32), out=out)
+    with pytest.raises(TypeError, match="dtype"):
+        op(B, out=TorchLike((6, 5), np.float16, ptr=0x30000))
+    with pytest.raises(ValueError, match="rows"):
+        op(TorchLike((3, 5), np.float16), out=out)
+    with pytest.raises(ValueError, match="shape"):
+        op(B, out=TorchLike((6, 4), np.float32, ptr=0x30000))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        op(TorchLike((4, 5), np.float16, strides=(1, 4)), out=out)
+    assert op._prepared.binds == 1
+
+
+def test_new_outputs_at_a_reused_address_take_the_fast_path(torch_streams, monkeypatch):
+    """op(B) allocates each time; when the allocator hands back an address seen before (torch does for
+    a dropped result), the product bound for it is reused."""
+    op = fake_operator(prepared=CachedPrepared())
+    B = TorchLike((4, 5), np.float16)
+    first = op(B)
+    assert first.shape == (6, 5) and op._prepared.binds == 1
+    second = op(B)                                             # a new address: checked and bound
+    assert second.ptr != first.ptr and op._prepared.binds == 2
+    reuse = iter([first.ptr])
+    monkeypatch.setattr(sys.modules["torch"], "empty", lambda shape, dtype, device: TorchLike(shape, np.float32, next(reuse)))
+    third = op(B)
+    assert third.ptr == first.ptr and op._prepared.binds == 2
+    assert [launch[1] for launch in op._prepared.launches] == [first.ptr, second.ptr, first.ptr]
+
+
+def test_checks_on_request_never_take_the_fast_path(torch_streams, monkeypatch):
+    from nbspmm import api, nonfinite
+
+    op = fake_operator(prepared=CachedPrepared())
+    op.dtype = np.dtype(np.float16)
+    B, out = TorchLike((4, 5), np.float16), TorchLike((6, 5), np.float32, ptr=0x30000)
+    op(B, out=out)
+    asked = []
+    monkeypatch.setattr(nonfinite, "b_on_host", lambda *a: asked.append("host") or np.zeros((4, 5)))
+    monkeypatch.setattr(nonfinite, "check_finite", lambda *a: asked.append("finite"))
+    op(B, out=out, check_finite=True)
+    assert asked == ["host", "finite"] and op._prepared.direct == 1
+    with pytest.raises(ValueError, match="nonfinite"):
+        op(B, out=out, nonfinite="sloppy")
+
+
+def test_the_remembered_pairs_are_bounded(torch_streams):
+    from nbspmm import api
+
+    op = fake_operator(prepared=CachedPrepared())
+    B = TorchLike((4, 5), np.float16)
+    for i in range(3 * api.CHECKED_PAIRS):
+        op(B, out=TorchLike((6, 5), np.float32, ptr=0x400000 + 0x1000 * i))
+        assert len(op._checked) <= api.CHECKED_PAIRS
