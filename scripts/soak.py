@@ -83,18 +83,35 @@ def soak(products: int, per_operator: int, seed: int = 0) -> dict:
 
 
 def summarize(rounds: list[dict], products: int, seconds: float) -> dict:
-    """Drift of free device memory, RSS and median host time from the first round after the warm-up."""
+    """Drift of free device memory, RSS and median host time from the first round after the warm-up.
+    One round's median host time varies with the machine (2x between rounds on a shared host), so the
+    host-time drift is the median over the last quarter of the rounds against the first quarter's."""
     base = rounds[min(WARMUP_ROUNDS, len(rounds) - 1)]
     last = rounds[-1]
     host = [r["host_us_median"] for r in rounds[WARMUP_ROUNDS:] if r["host_us_median"] is not None]
+    quarter = max(1, len(host) // 4)
+    first_quarter = float(np.median(host[:quarter])) if host else None
+    last_quarter = float(np.median(host[-quarter:])) if host else None
     return {
         "products": products, "operators": len(rounds), "seconds": seconds, "shape": [M, K, N],
         "device_free_drift_bytes": base["device_free"] - last["device_free"],
         "rss_drift_bytes": last["rss"] - base["rss"],
         "host_us_median_first": host[0] if host else None, "host_us_median_last": host[-1] if host else None,
         "host_us_median_max_over_min": max(host) / min(host) if host else None,
+        "host_us_first_quarter": first_quarter, "host_us_last_quarter": last_quarter,
+        "host_us_last_over_first_quarter": last_quarter / first_quarter if host else None,
+        # the floor of each quarter: a slow-down of the host path itself moves it, the machine's noise does not
+        "host_us_first_quarter_min": min(host[:quarter]) if host else None,
+        "host_us_last_quarter_min": min(host[-quarter:]) if host else None,
         "rounds": rounds,
     }
+
+
+def resummarize(path: Path) -> dict:
+    """The summary of a recorded soak recomputed from its rounds (the environment kept)."""
+    record = json.loads(path.read_text())
+    summary = summarize(record["rounds"], record["products"], record["seconds"])
+    return {"environment": record.get("environment"), **summary}
 
 
 def environment() -> dict:
@@ -114,7 +131,14 @@ def main() -> int:
     parser.add_argument("--products", type=int, default=100_000)
     parser.add_argument("--per-operator", type=int, default=1000, help="products per operator before it is dropped")
     parser.add_argument("--out", type=Path, required=True, help="the results JSON")
+    parser.add_argument("--resummarize", action="store_true",
+                        help="recompute the summary of the recorded --out from its rounds (no GPU), then exit")
     args = parser.parse_args()
+    if args.resummarize:
+        record = resummarize(args.out)
+        args.out.write_text(json.dumps(record, indent=1))
+        print(json.dumps({k: v for k, v in record.items() if k != "rounds"}, indent=1))
+        return 0
     record = {"environment": environment(), **soak(args.products, args.per_operator)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1))

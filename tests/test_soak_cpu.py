@@ -30,3 +30,18 @@ def test_summary_measures_drift_from_the_first_round_after_warmup():
     record = soak.summarize(rounds, 8, 1.0)
     assert record["device_free_drift_bytes"] == 3 and record["rss_drift_bytes"] == 30
     assert record["host_us_median_first"] == 9.0 and record["host_us_median_max_over_min"] == pytest.approx(12 / 9)
+    assert record["host_us_first_quarter"] == 9.0 and record["host_us_last_quarter"] == 12.0   # 4 rounds: 1 each
+    assert record["host_us_last_over_first_quarter"] == pytest.approx(12 / 9)
+
+
+def test_a_recorded_soak_is_resummarized_from_its_rounds(tmp_path):
+    import json
+
+    rounds = [{"format": "csr", "products": 1, "device_free": 50, "rss": 1000, "host_us_median": 7.0 + i % 2}
+              for i in range(12)]
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps({"environment": {"gpu": "x"}, "products": 12, "seconds": 2.0, "rounds": rounds,
+                                "host_us_median_max_over_min": 99}))
+    record = soak.resummarize(path)
+    assert record["environment"] == {"gpu": "x"} and record["host_us_median_max_over_min"] == pytest.approx(8 / 7)
+    assert record["host_us_first_quarter"] == record["host_us_last_quarter"] == 7.5
