@@ -50,9 +50,10 @@ FORMATS = tuple(KERNELS)
 UNVERIFIED: dict[tuple[str, str], str] = {
     ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) has not yet run on the H200",
 }
-# The nn.Linear orientation (``SpMMOperator.linear``) of the BCSR pipelines: checked on the CPU (SASS,
-# descriptors, an emulated stage), not yet on the H200, so it too needs experimental=True. None: verified.
-LINEAR_UNVERIFIED: str | None = "the nn.Linear orientation (op.linear) has not yet run on the H200"
+# The nn.Linear orientation (``SpMMOperator.linear``) of the BCSR pipelines: a reason string while it has
+# not passed the GPU suite (then it needs experimental=True); None once it has — its 74 GPU tests and the
+# compute-sanitizer runs of every variant passed (H100, 2026-12-05, commit 2564266).
+LINEAR_UNVERIFIED: str | None = None
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16

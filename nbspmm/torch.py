@@ -12,9 +12,9 @@ The forward is the custom op ``torch.ops.nbspmm.block_sparse_linear`` (``torch.l
 implementation giving the output's shape and dtype), so ``torch.compile`` keeps it in its graph as one
 node instead of tracing into the launch code. On CUDA it computes ``(W @ xᵀ)ᵀ``: x is transposed into a
 contiguous (in_features × tokens) B, the kernel writes W @ B, and the result is handed back as a
-transposed view — two extra passes over the activations. ``orientation="linear"`` (experimental: not
-yet run on the H200) has the kernel take x and write y as they lie (``SpMMOperator.linear``). On the CPU (no kernel) the same op computes ``x @ to_dense()ᵀ`` in float32, the reference
-the tests check against. Inference only: there is no backward.
+transposed view — two extra passes over the activations. ``orientation="linear"`` has the kernel take
+x and write y as they lie (``SpMMOperator.linear``). On the CPU (no kernel) the same op computes
+``x @ to_dense()ᵀ`` in float32, the reference the tests check against. Inference only: there is no backward.
 """
 
 import itertools
@@ -74,8 +74,7 @@ class BlockSparseLinear(nn.Module):
             raise TypeError(f"BlockSparseLinear takes float16 or bfloat16 weights; got {dtype}")
         if orientation not in ORIENTATIONS:
             raise ValueError(f"orientation must be one of {ORIENTATIONS}; got {orientation!r}")
-        # "transpose": (W @ xᵀ)ᵀ, verified on the H200; "linear": x @ Wᵀ in the kernel (op.linear), no
-        # transposed copies — experimental until it has passed the GPU suite (nbspmm.api.LINEAR_UNVERIFIED).
+        # "transpose": (W @ xᵀ)ᵀ; "linear": x @ Wᵀ in the kernel (op.linear), no transposed copies.
         self.orientation = orientation
         self.in_features, self.out_features, self.block = int(in_features), int(out_features), tuple(block)
         grid = pruning.block_grid((self.out_features, self.in_features), self.block)
@@ -162,8 +161,7 @@ class BlockSparseLinear(nn.Module):
             from nbspmm.api import SpMMOperator
 
             dtype = self.blocks.dtype
-            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype),
-                                          experimental=self.linear)
+            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype))
         return self._operator
 
     def sparse_format(self) -> formats.BCSR:

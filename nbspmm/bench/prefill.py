@@ -187,15 +187,17 @@ def run(args) -> int:
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype[0]]
     config = qwen.QwenConfig(layers=layers)
     if args.dry_run:
-        print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}")
+        print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
+              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'transpose')}")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
-    sparse = qwen.sparsify(dense, LINEAR_SPARSITY, LINEAR_BLOCK, "sdpa", seed=args.seed)
+    orientation = getattr(args, "orientation", "transpose")
+    sparse = qwen.sparsify(dense, LINEAR_SPARSITY, LINEAR_BLOCK, "sdpa", seed=args.seed, orientation=orientation)
     models = {"dense": dense, "sparse": sparse, "combined": qwen.with_attention(sparse, "flex")}
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,
                 "linear_sparsity": LINEAR_SPARSITY, "linear_block": LINEAR_BLOCK, "attention_keep": ATTENTION_KEEP,
-                "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed}
+                "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed, "orientation": orientation}
     result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
         rng = np.random.default_rng(args.seed)
