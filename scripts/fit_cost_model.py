@@ -5,7 +5,7 @@
     python scripts/fit_cost_model.py --check          # refit and report, write nothing
     python scripts/fit_cost_model.py --time-build     # the auto build of a 2^20-row, 16-per-row matrix
 
-Reads every ``bench*.json`` in ``results_dir()``; a row is a measurement of one candidate of
+Reads every ``bench*.json`` in ``results_dir()`` recorded on FIT_GPU (the H200); a row is a measurement of one candidate of
 ``nbspmm.choose.CANDIDATES`` when it is correct ("ok"), fp16 in, fp32 out (fp16 out for dense cuBLAS,
 the only way it was recorded) and its note names that kernel with no extra options; of several
 recordings of one (case, kernel) the latest file's is used. Cases are the real matrices and the
@@ -33,6 +33,7 @@ from nbspmm import choose                       # noqa: E402
 from nbspmm.bench import suites                 # noqa: E402
 
 TOLERANCE = 1.10                                # "within 10% of the fastest measured kernel"
+FIT_GPU = "H200"                                # the model is this GPU's: runs on other cards are left out
 IRREGULAR_FAMILIES = ("rmat", "stencil27", "uniform", "replica")
 NOTE_KERNEL = re.compile(r"format=(\w+), kernel=([\w-]+), dtype=float16, out_dtype=float32\)$")
 # The operator's repr names the kernel: the recorded files (commits up to 0b8eb23) wrote the BCSR variant
@@ -72,11 +73,18 @@ def row_candidate(row: dict) -> str | None:
     return NOTE_TO_CANDIDATE.get(found.groups()) if found else None
 
 
+def gpu_name(environment: dict) -> str:
+    gpu = environment.get("gpu")
+    return str(gpu.get("name", "") if isinstance(gpu, dict) else gpu or "")
+
+
 def measured_times(labels) -> dict[tuple[str, int], dict[str, float]]:
     """(matrix label, N) -> candidate -> median µs, the latest recording of each."""
     latest: dict[tuple[str, int, str], tuple[str, float]] = {}
     for path in sorted(results_dir().glob("bench*.json")):
         data = json.loads(path.read_text())
+        if FIT_GPU not in gpu_name(data["environment"]):
+            continue
         date = data["environment"]["date"]
         for row in data["rows"]:
             label, n_part, dtype = row["case"].split("/")

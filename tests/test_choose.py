@@ -231,3 +231,16 @@ def test_pieces_count_the_segment_plan():
     A = sp.csr_matrix(sp.vstack([A, sp.csr_matrix(np.ones((3, 2000)))]))     # three rows of many pieces
     plan = segment_plan(A.indptr, group=choose.segment_kernel.GROUP)
     assert choose.count_structure(A).pieces == plan.piece_row.size
+
+
+def test_the_fit_reads_only_the_model_gpus_runs(tmp_path, monkeypatch):
+    """A run on another GPU (an H100) is left out of the H200 model's cases; the same run on an H200 is read."""
+    fit = _fit_script()
+    row = {"case": "cora/N=128/fp16", "status": "ok", "in_dtype": "float16", "kind": "nbspmm", "candidate": "csr",
+           "median_us": 9.0,
+           "note": "SpMMOperator(2708x2708, format=csr, kernel=csr-rows, dtype=float16, out_dtype=float32)"}
+    monkeypatch.setenv("NBSPMM_RESULTS_DIR", str(tmp_path))
+    for gpu, expected in (("NVIDIA H100 80GB HBM3", {}), ("NVIDIA H200", {("cora", 128): {"csr-rows": 9.0}})):
+        (tmp_path / "bench_x.json").write_text(json.dumps({"environment": {"date": "2026-01-01", "gpu": {"name": gpu}},
+                                                           "rows": [row]}))
+        assert fit.measured_times({"cora"}) == expected, gpu
