@@ -10,10 +10,10 @@ them on the first CUDA forward and again after ``load_state_dict`` or ``.to()``.
 
 The forward is the custom op ``torch.ops.nbspmm.block_sparse_linear`` (``torch.library``, with a fake
 implementation giving the output's shape and dtype), so ``torch.compile`` keeps it in its graph as one
-node instead of tracing into the launch code. On CUDA it computes ``(W @ xᵀ)ᵀ``: x is transposed into a
-contiguous (in_features × tokens) B, the kernel writes W @ B, and the result is handed back as a
-transposed view — two extra passes over the activations. ``orientation="linear"`` has the kernel take
-x and write y as they lie (``SpMMOperator.linear``). On the CPU (no kernel) the same op computes
+node instead of tracing into the launch code. On CUDA, by default (``orientation="linear"``), the kernel takes x and
+writes y as they lie (``SpMMOperator.linear``). ``orientation="transpose"`` computes ``(W @ xᵀ)ᵀ``
+instead: x is transposed into a contiguous (in_features × tokens) B, the kernel writes W @ B, and the
+result is handed back as a transposed view — two extra passes over the activations. On the CPU (no kernel) the same op computes
 ``x @ to_dense()ᵀ`` in float32, the reference the tests check against. Inference only: there is no backward.
 """
 
@@ -35,6 +35,9 @@ _LAYER_IDS = itertools.count(1)
 
 
 ORIENTATIONS = ("transpose", "linear")
+# x @ Wᵀ in the kernel: in a 28-layer Qwen2.5-7B prefill at 64K tokens (H100, 2026-12-05) the sparse
+# model took 2301 ms with it against 2779 ms through (W @ xᵀ)ᵀ and its transposed copies.
+DEFAULT_ORIENTATION = "linear"
 
 
 @torch.library.custom_op("nbspmm::block_sparse_linear", mutates_args=())
@@ -68,7 +71,7 @@ class BlockSparseLinear(nn.Module):
     """y = x @ Wᵀ + bias with W (out_features × in_features) stored as the kept BM × BK blocks."""
 
     def __init__(self, in_features: int, out_features: int, block=DEFAULT_BLOCK, bias: bool = True,
-                 dtype=torch.float16, device=None, orientation: str = "transpose"):
+                 dtype=torch.float16, device=None, orientation: str = DEFAULT_ORIENTATION):
         super().__init__()
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"BlockSparseLinear takes float16 or bfloat16 weights; got {dtype}")
@@ -88,7 +91,7 @@ class BlockSparseLinear(nn.Module):
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def from_block_mask(cls, weight, mask, block=DEFAULT_BLOCK, bias=None, dtype=None,
-                        orientation: str = "transpose") -> "BlockSparseLinear":
+                        orientation: str = DEFAULT_ORIENTATION) -> "BlockSparseLinear":
         """The layer of `weight` (out × in, a tensor) keeping the blocks where `mask` is True."""
         weight = torch.as_tensor(weight)
         dtype = dtype or (weight.dtype if weight.dtype in SUPPORTED_DTYPES else torch.float16)
@@ -103,7 +106,7 @@ class BlockSparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None,
-                   orientation: str = "transpose"):
+                   orientation: str = DEFAULT_ORIENTATION):
         """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor."""
         if isinstance(linear_or_weight, nn.Linear):
             weight, bias = linear_or_weight.weight.detach(), linear_or_weight.bias
@@ -126,7 +129,7 @@ class BlockSparseLinear(nn.Module):
         kept = int(self.block_mask.sum())
         return (f"in_features={self.in_features}, out_features={self.out_features}, block={self.block}, "
                 f"kept_blocks={kept}/{self.block_mask.numel()}, bias={self.bias is not None}, "
-                f"dtype={self.blocks.dtype}" + (", orientation=linear" if self.linear else ""))
+                f"dtype={self.blocks.dtype}, orientation={self.orientation}")
 
     @property
     def linear(self) -> bool:

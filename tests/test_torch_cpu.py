@@ -103,7 +103,7 @@ def test_custom_op_fake_shapes_and_compiled_graph_keeps_the_op():
     with FakeTensorMode():
         x = torch.empty(7, 2, 136, dtype=torch.float16)
         y = torch.ops.nbspmm.block_sparse_linear(x, torch.empty(3, 64, 64, dtype=torch.float16), None,
-                                                 layer.layer_id, 192)
+                                                 layer.layer_id, 192, layer.linear)
         assert y.shape == (7, 2, 192) and y.dtype == torch.float16
     graphs = []
 
@@ -117,11 +117,11 @@ def test_custom_op_fake_shapes_and_compiled_graph_keeps_the_op():
     targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
     assert any(target.startswith("nbspmm.block_sparse_linear") for target in targets), targets
     torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
-                          (x, layer.blocks, layer.bias, layer.layer_id, 192))
+                          (x, layer.blocks, layer.bias, layer.layer_id, 192, layer.linear))
     no_bias = BlockSparseLinear.from_dense(masked_linear().weight, 0.5, dtype=torch.bfloat16)
     x3 = torch.randn(2, 3, 136, dtype=torch.bfloat16)         # leading dims; the fake's strides = the real ones
     torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
-                          (x3, no_bias.blocks, None, no_bias.layer_id, 192))
+                          (x3, no_bias.blocks, None, no_bias.layer_id, 192, no_bias.linear))
 
 
 def test_linear_orientation_matches_and_its_fake_strides_are_the_real_ones():
@@ -129,13 +129,13 @@ def test_linear_orientation_matches_and_its_fake_strides_are_the_real_ones():
     contiguous y, and the custom op's fake agreeing with it (opcheck compares strides); a bad name is
     refused."""
     linear = masked_linear()
-    default = BlockSparseLinear.from_dense(linear, 0.5)
-    layer = BlockSparseLinear.from_dense(linear, 0.5, orientation="linear")
-    assert "orientation=linear" in repr(layer) and "orientation" not in repr(default)
+    layer = BlockSparseLinear.from_dense(linear, 0.5)                       # the default orientation
+    transposed = BlockSparseLinear.from_dense(linear, 0.5, orientation="transpose")
+    assert "orientation=linear" in repr(layer) and "orientation=transpose" in repr(transposed)
     x = torch.randn(2, 5, 136, dtype=torch.float16)
     y = layer(x)
     assert y.is_contiguous() and y.shape == (2, 5, 192)
-    assert torch.equal(y, default(x))
+    assert torch.equal(y, transposed(x)) and not transposed(x).is_contiguous()
     torch.library.opcheck(torch.ops.nbspmm.block_sparse_linear.default,
                           (x, layer.blocks, layer.bias, layer.layer_id, 192, True))
     with pytest.raises(ValueError, match="orientation"):

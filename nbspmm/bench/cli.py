@@ -168,9 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"llm suite: layers (default all: {', '.join(suites.LLM_LAYERS)})")
     parser.add_argument("--model-layers", type=int, default=None, metavar="N",
                         help="prefill suite: decoder layers (default 28, Qwen2.5-7B)")
-    parser.add_argument("--orientation", choices=("transpose", "linear"), default="transpose",
-                        help="prefill suite: how BlockSparseLinear multiplies — (W @ xᵀ)ᵀ with transposed "
-                             "copies, or x @ Wᵀ in the kernel (default transpose)")
+    parser.add_argument("--orientation", choices=("transpose", "linear"), default="linear",
+                        help="prefill suite: how BlockSparseLinear multiplies — x @ Wᵀ in the kernel, or "
+                             "(W @ xᵀ)ᵀ with transposed copies (default linear)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")

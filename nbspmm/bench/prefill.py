@@ -188,11 +188,11 @@ def run(args) -> int:
     config = qwen.QwenConfig(layers=layers)
     if args.dry_run:
         print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
-              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'transpose')}")
+              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
-    orientation = getattr(args, "orientation", "transpose")
+    orientation = getattr(args, "orientation", "linear")
     sparse = qwen.sparsify(dense, LINEAR_SPARSITY, LINEAR_BLOCK, "sdpa", seed=args.seed, orientation=orientation)
     models = {"dense": dense, "sparse": sparse, "combined": qwen.with_attention(sparse, "flex")}
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,

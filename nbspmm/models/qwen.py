@@ -192,7 +192,7 @@ class QwenDecoder(nn.Module):
 
 
 def sparsify(dense: QwenDecoder, sparsity: float = 0.9, block=(64, 64), attention: str = "sdpa",
-             seed: int = 0, orientation: str = "transpose") -> QwenDecoder:
+             seed: int = 0, orientation: str = "linear") -> QwenDecoder:
     """A model sharing dense's norms whose projections are BlockSparseLinear, each keeping a random
     (seeded) fraction 1 - sparsity of its blocks; `attention` "sdpa" or "flex"; `orientation` the
     layers' (BlockSparseLinear: "transpose" or "linear")."""
