@@ -4,6 +4,7 @@
 * ``WCSR``  — row windows with condensed columns as dense tiles, for irregular sparsity;
 * ``CSR``   — plain compressed rows in the format dtype, for matrices too scattered for tiles;
 * ``BlockedELL`` — cuSPARSE's blocked ELLPACK (the paper's baseline format; benchmarks only);
+* ``reorder`` — row orderings (RCM, by degree) a CSR stores its rows in, and the locality measure;
 * ``split_plan`` / ``SplitPlan`` — the work items (load balancing) over either format;
 * ``estimate`` — exact block / tile counts and bytes of each format from A's indices, without building;
   every builder raises ``FormatTooLargeError`` (a MemoryError) before allocating a format too large;
@@ -12,7 +13,7 @@
 
 Value dtypes: ``SUPPORTED_DTYPES`` (float16, bfloat16, float32); index arrays are int32.
 """
-from . import estimate
+from . import estimate, reorder
 from ._validate import INDEX_DTYPE, SCIPY_VALUE_DTYPE, SUPPORTED_DTYPES, check_sparse_input
 from .estimate import FormatTooLargeError
 from .bcsr import BCSR, BLOCK_SIZES, DEFAULT_BLOCK_SHAPE, BCSRStats
@@ -27,6 +28,6 @@ __all__ = [
     "BCSR", "BCSRStats", "BLOCK_SIZES", "DEFAULT_BLOCK_SHAPE", "CSR", "CSRStats", "BlockedELL", "ELLTooLarge",
     "WCSR", "WCSRStats", "WINDOW_ROWS", "TILE_COLS", "DEFAULT_WINDOW_ROWS", "DEFAULT_TILE_COLS", "PADDING_COLUMN",
     "SplitPlan", "SplitStats", "split_plan", "balanced_max_tiles", "unit_ptr",
-    "estimate", "FormatTooLargeError", "check_sparse_input",
+    "estimate", "reorder", "FormatTooLargeError", "check_sparse_input",
     "Distribution", "SUPPORTED_DTYPES", "SCIPY_VALUE_DTYPE", "INDEX_DTYPE",
 ]

@@ -34,7 +34,7 @@ class SegmentPlan:
     group: int                  # nonzeros per piece at most
     segment_pieces: int         # pieces per segment at most (a longer one only where split_rows=False)
     piece_begin: np.ndarray     # int32 [n_pieces + 1]: piece p is nonzeros piece_begin[p] ... piece_begin[p + 1] - 1
-    piece_row: np.ndarray       # int32 [n_pieces]: the row of A (and C) of each piece
+    piece_row: np.ndarray       # int32 [n_pieces]: the row of C (and of A) of each piece
     piece_flush: np.ndarray     # int32 [n_pieces]: KEEP, STORE or ADD after the piece
     segment_piece: np.ndarray   # int32 [n_segments + 1]: segment s is pieces segment_piece[s] ... [s + 1] - 1
 
@@ -73,8 +73,10 @@ def _segment_starts(n_pieces: int, row_first_piece: np.ndarray, segment_pieces: 
     return allowed[keep]
 
 
-def segment_plan(indptr, *, group: int = 4, segment_pieces: int = 8, split_rows: bool = True) -> SegmentPlan:
-    """The plan of a CSR matrix with row pointers `indptr` (see the module docstring)."""
+def segment_plan(indptr, *, group: int = 4, segment_pieces: int = 8, split_rows: bool = True,
+                 output_rows=None) -> SegmentPlan:
+    """The plan of a CSR matrix with row pointers `indptr` (see the module docstring). ``output_rows``
+    (a reordered CSR's ``output_rows``): the row of C of each stored row; None: the stored row itself."""
     if not (isinstance(group, (int, np.integer)) and group >= 1):
         raise ValueError(f"group must be a positive integer, got {group!r}")
     if not (isinstance(segment_pieces, (int, np.integer)) and segment_pieces >= 1):
@@ -94,6 +96,8 @@ def segment_plan(indptr, *, group: int = 4, segment_pieces: int = 8, split_rows:
     row_is_split = piece_segment[row_first_piece] != piece_segment[row_last_piece]
     flush = np.where(ends_here, np.where(row_is_split[piece_row], ADD, STORE), KEEP)
     as_int32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)   # noqa: E731
+    if output_rows is not None:             # after the bookkeeping above, which indexes by stored row
+        piece_row = np.asarray(output_rows)[piece_row]
     return SegmentPlan(int(group), int(segment_pieces), as_int32(piece_begin), as_int32(piece_row),
                        as_int32(flush), as_int32(segment_piece))
 

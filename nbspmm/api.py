@@ -23,6 +23,7 @@ packed product itself — calling it costs the launches alone.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -57,33 +58,68 @@ UNVERIFIED: dict[tuple[str, str], str] = {
 # not passed the GPU suite (then it needs experimental=True); None once it has — its 74 GPU tests and the
 # compute-sanitizer runs of every variant passed (H100, 2026-12-05, commit 2564266).
 LINEAR_UNVERIFIED: str | None = None
+# The formats whose kernels take a row order (``reorder=``, ``formats.reorder``): the CUDA-core CSR
+# kernels, whose work items name the row of C they write.
+ROW_ORDER_FORMATS = ("csr",)
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
 
-def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None):
-    """(format name, built format, the auto Choice or None)."""
+def _check_reorder(fmt: str, reorder) -> None:
+    if reorder is None:
+        return
+    if reorder != formats.reorder.AUTO and reorder not in formats.reorder.ROW_ORDERS:
+        raise ValueError(f"reorder must be None, 'auto' or one of {formats.reorder.ROW_ORDERS}; got {reorder!r}")
+    if fmt not in ("auto", *ROW_ORDER_FORMATS):
+        raise ValueError(f"reorder={reorder!r} applies to format {' / '.join(ROW_ORDER_FORMATS)} (or 'auto'): "
+                         f"the {fmt.upper()} kernels write C in whole 64-row tiles and take no row order yet")
+
+
+def _reorder_note(reorder: str, choice, order) -> str:
+    if order is None:
+        return (f"reorder={reorder!r}: not applied, format {choice.format} takes no row order "
+                f"(only {' / '.join(ROW_ORDER_FORMATS)} does)")
+    return f"reorder={reorder!r}: {order.describe()}"
+
+
+def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None):
+    """(format name, built format, the auto Choice or None, the formats.reorder.RowOrder or None)."""
     if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR)):
         given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr"}[type(A)]
         if fmt not in ("auto", given):
             raise ValueError(f"A is already a {given.upper()} but format={fmt!r} was asked for")
         if dtype is not None and np.dtype(dtype) != np.dtype(A.dtype):
             raise TypeError(f"A is stored as {np.dtype(A.dtype).name} but dtype={np.dtype(dtype).name} was asked for")
-        return given, A, None
+        if reorder is not None:
+            raise ValueError(f"A is already a built {given.upper()}: reorder= applies where the operator builds the "
+                             f"format; build it with formats.CSR.from_scipy(A, row_order=...) instead")
+        return given, A, None, None
+    _check_reorder(fmt, reorder)
     dtype = np.float16 if dtype is None else dtype
     if fmt == "bcsr":
-        return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None
+        return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None, None
     if fmt == "wcsr":
-        return "wcsr", formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype), None
+        built = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
+        return "wcsr", built, None, None
     if fmt == "csr":
-        return "csr", formats.CSR.from_scipy(A, dtype=dtype), None
+        if sp.issparse(A) and reorder is not None:
+            formats.check_sparse_input(A)     # before the ordering reads A's indices
+        order = formats.reorder.choose_row_order(A, reorder) if reorder is not None else None
+        rows = order.rows if order is not None and order.applied else None
+        return "csr", formats.CSR.from_scipy(A, dtype=dtype, row_order=rows), None, order
     if fmt == "auto":   # the cost model's pick (nbspmm.choose), built with the shapes it was fitted for
         if sp.issparse(A):
             formats.check_sparse_input(A)     # before the counts read A's indices
-        choice = choose_format(A, n_cols=n_cols, dtype=dtype)
+        # An explicit ordering limits the pick to the formats that take one; "auto" orders only those.
+        explicit = reorder is not None and reorder != formats.reorder.AUTO
+        choice = choose_format(A, n_cols=n_cols, dtype=dtype, allowed_formats=ROW_ORDER_FORMATS if explicit else None)
         shapes = {"block_shape": block_shape, "window_rows": window_rows, "tile_cols": tile_cols,
                   **choice.build_options}
-        return (*_build_format(A, choice.format, dtype, **shapes)[:2], choice)
+        chosen_reorder = reorder if choice.format in ROW_ORDER_FORMATS else None
+        name, built, _, order = _build_format(A, choice.format, dtype, **shapes, reorder=chosen_reorder)
+        if reorder is not None:
+            choice = dataclasses.replace(choice, notes=choice.notes + (_reorder_note(reorder, choice, order),))
+        return name, built, choice, order
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 
 
@@ -99,6 +135,14 @@ class SpMMOperator:
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
     kernels listed in ``UNVERIFIED``; other keyword options go to the kernel.
 
+    ``reorder``: None (A's row order) | "rcm" | "degree" | "auto" (``formats.reorder``) — the order the
+    CSR kernels walk A's rows in, so that rows sharing columns are gathered together; C still comes back
+    in A's row order (each work item writes its own row of C: no extra pass). With format="auto", "rcm"
+    or "degree" limit the pick to the formats that take a row order (``ROW_ORDER_FORMATS``), and "auto"
+    applies RCM only where the pick is one of them and RCM at least halves the B rows its 64-row windows
+    gather. ``op.row_order`` is the ``RowOrder`` (what it bought, and its host time) or None; the tile
+    formats take no row order yet.
+
     Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
     are unlocked, and the split-partials buffer is shared by every product of one N: use one operator
     per thread, or call it under a lock. Memory: the operand's size is checked against the GPU's free
@@ -107,9 +151,9 @@ class SpMMOperator:
 
     def __init__(self, A, *, format: str = "auto", kernel: str | None = None, dtype=None,
                  out_dtype=np.float32, block_shape=(64, 64), window_rows=64, tile_cols=16, experimental=False,
-                 n_cols: int | None = None, **kernel_options):
-        self.format_name, self.sparse, self.choice = _build_format(A, format, dtype, block_shape, window_rows,
-                                                                   tile_cols, n_cols)
+                 n_cols: int | None = None, reorder: str | None = None, **kernel_options):
+        self.format_name, self.sparse, self.choice, self.row_order = _build_format(
+            A, format, dtype, block_shape, window_rows, tile_cols, n_cols, reorder)
         self.shape = tuple(self.sparse.shape)
         self.dtype = np.dtype(self.sparse.dtype)
         self.in_kind = kind_of(self.dtype)

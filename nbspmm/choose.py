@@ -234,8 +234,11 @@ def experimental_candidates() -> set[str]:
     return {c.name for c in CANDIDATES if (c.format, c.kernel) in UNVERIFIED}
 
 
-def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | None = None) -> Choice:
-    """The fastest kernel for ``A @ B`` with B of ``n_cols`` columns, by the fitted cost model (CPU only)."""
+def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | None = None,
+                  allowed_formats: tuple[str, ...] | None = None) -> Choice:
+    """The fastest kernel for ``A @ B`` with B of ``n_cols`` columns, by the fitted cost model (CPU only).
+    ``allowed_formats`` (e.g. ("csr",): the formats that take a row order) limits the pick; every
+    candidate is still predicted and explained."""
     n_cols = DEFAULT_N_COLS if n_cols is None else int(n_cols)
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1; got {n_cols}")
@@ -243,13 +246,18 @@ def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | 
     counts = count_structure(A)
     predicted = {c.name: t for c in CANDIDATES if (t := predict_us(model, c, counts, n_cols)) is not None}
     experimental = experimental_candidates()
-    selectable = [name for name in predicted if CANDIDATE[name].selectable and name not in experimental]
+    selectable = [name for name in predicted if CANDIDATE[name].selectable and name not in experimental
+                  and (allowed_formats is None or CANDIDATE[name].format in allowed_formats)]
+    if not selectable:
+        raise ValueError(f"no candidate of the formats {allowed_formats} is in the cost model")
     best = min(selectable, key=predicted.__getitem__)
     notes = [f"{name} is not in the cost model (no recorded H200 times)"
              for name in CANDIDATE if name not in predicted]
     notes += [f"{name} is predicted faster ({predicted[name]:.1f} vs {predicted[best]:.1f} µs) but is experimental "
               f"(nbspmm.api.UNVERIFIED): not chosen" for name in experimental
               if name in predicted and predicted[name] < predicted[best]]
+    if allowed_formats is not None:
+        notes.append(f"the pick is limited to format {' / '.join(allowed_formats)}")
     fastest = min(predicted, key=predicted.__getitem__)
     if not CANDIDATE[fastest].selectable:
         notes.append(f"dense cuBLAS is predicted faster ({predicted[fastest]:.1f} vs {predicted[best]:.1f} µs): "

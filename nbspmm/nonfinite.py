@@ -59,7 +59,7 @@ def stored_csr(fmt) -> sp.csr_array:
     """A format's stored values as a float64 csr_array (a CSR's explicit zeros kept; the tile formats
     store none apart from their padding)."""
     if type(fmt).__name__ == "CSR":
-        return sp.csr_array((fmt.data.astype(np.float64), fmt.indices, fmt.indptr), shape=fmt.shape)
+        return fmt.stored_float64()
     return sp.csr_array(fmt.to_scipy(), dtype=np.float64)
 
 

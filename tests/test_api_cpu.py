@@ -69,7 +69,7 @@ def test_format_auto_builds_what_the_cost_model_picks():
     rng = np.random.default_rng(0)
     for A in (sp.csr_matrix(sp.block_diag([rng.standard_normal((64, 64)) for _ in range(5)])),
               sp.csr_matrix(sp.random_array((640, 6400), density=0.002, rng=rng)), sp.csr_matrix((100, 70))):
-        name, built, choice = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+        name, built, choice, _ = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
         assert name == choice.format == choose.choose_format(A).format
         assert type(built).__name__ == name.upper() and built.shape == A.shape
 
@@ -84,7 +84,7 @@ def test_format_auto_leaves_the_callers_matrix_alone():
     before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
     canonical = A.copy()
     canonical.sum_duplicates()
-    name, built, _ = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
+    name, built, _, _ = api._build_format(A, "auto", np.float16, (64, 64), 64, 16)
     assert name == api._build_format(canonical, "auto", np.float16, (64, 64), 64, 16)[0]
     assert built.to_scipy().toarray()[0, 5] == 4.0          # the duplicates summed in the built format
     assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))

@@ -186,14 +186,14 @@ def test_auto_builds_only_the_chosen_format(monkeypatch):
     for fmt, cls in builders.items():
         if fmt != choice.format:
             monkeypatch.setattr(cls, "from_scipy", classmethod(lambda *a, **k: pytest.fail("built another format")))
-    name, built, made = api._build_format(A, "auto", None, (64, 64), 64, 16, 128)
+    name, built, made, _ = api._build_format(A, "auto", None, (64, 64), 64, 16, 128)
     assert name == choice.format and isinstance(built, builders[name]) and made == choice
     assert np.dtype(built.dtype) == np.float16 and made.dtype == "float16"
 
 
 def test_auto_on_a_built_format_has_no_choice():
     built = formats.CSR.from_scipy(sp.eye(16, format="csr"))
-    assert api._build_format(built, "auto", None, (64, 64), 64, 16) == ("csr", built, None)
+    assert api._build_format(built, "auto", None, (64, 64), 64, 16) == ("csr", built, None, None)
 
 
 def test_choose_format_is_exported_lazily():

@@ -58,5 +58,5 @@ def test_saved_regressions_load_and_build():
     for name, case in regressions:
         A, _ = fuzz.make_inputs(case)
         window_rows = fuzz.SWAPPED_WINDOW_ROWS if case["kernel"] == "swapped" else 64
-        fmt, built, _ = api._build_format(A, case["format"], fuzz.DTYPES[case["dtype"]], (64, 64), window_rows, 16)
+        fmt, built, _, _ = api._build_format(A, case["format"], fuzz.DTYPES[case["dtype"]], (64, 64), window_rows, 16)
         assert fmt == case["format"] and built.shape == (case["M"], case["K"]), name

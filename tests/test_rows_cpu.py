@@ -96,9 +96,9 @@ def test_prepare_refuses_other_formats():
 def test_api_builds_csr_for_format_csr():
     from nbspmm import api
 
-    name, fmt, _ = api._build_format(sp.random_array((10, 12), density=0.3, rng=0), "csr", np.float16, (64, 64), 64, 16)
+    name, fmt, _, _ = api._build_format(sp.random_array((10, 12), density=0.3, rng=0), "csr", np.float16, (64, 64), 64, 16)
     assert name == "csr" and isinstance(fmt, formats.CSR) and fmt.dtype == np.float16
-    assert api._build_format(fmt, "auto", None, (64, 64), 64, 16) == ("csr", fmt, None)
+    assert api._build_format(fmt, "auto", None, (64, 64), 64, 16) == ("csr", fmt, None, None)
     assert list(api.KERNELS["csr"]) == ["rows", "segments"]      # the default first; "segments" is experimental
 
 

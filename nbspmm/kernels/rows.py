@@ -324,8 +324,11 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
     if max_nonzeros is not None and out_kind != "f32":
         raise ValueError("cut rows add their partial rows atomically in fp32: "
                          "use out_dtype=float32 or max_nonzeros=None")
-    items = work_items(np.asarray(fmt.indptr), max_nonzeros)
-    cut = np.unique(items[0][items[3] != 0]).astype(np.int32)
+    stored_row, begin, end, shared = work_items(np.asarray(fmt.indptr), max_nonzeros)
+    # An item writes its stored row's own row of C: a reordered CSR (fmt.row_order) comes back in A's
+    # row order with no extra pass, the kernel unchanged.
+    items = (np.ascontiguousarray(fmt.output_rows[stored_row]), begin, end, shared)
+    cut = np.unique(items[0][shared != 0]).astype(np.int32)
     # An empty matrix still gets one (unread) entry, so that every argument is a real device array.
     indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)
     data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])

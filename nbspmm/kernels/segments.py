@@ -372,7 +372,7 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
-                        split_rows=out_kind == "f32")
+                        split_rows=out_kind == "f32", output_rows=fmt.row_order)
     indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
     data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
