@@ -17,6 +17,10 @@ those columns, so that a kernel can TMA-load a tile and gather the B rows of its
 fill the B rows of padding slots, never gather a real row there (0 × Inf would be NaN).
 
 A column is condensed when at least one entry of the window is in it, explicit zeros included.
+
+* ``row_order`` int32 ``[M]`` or None: the windows are built over A's rows permuted, stored row i being
+  row ``row_order[i]`` of A (and of C: a kernel writes it there). None is A's own order. A row order
+  (``formats.reorder``) groups rows that share columns into one window, so fewer B rows are gathered.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from . import _blocked, _validate, estimate
+from . import _blocked, _validate, estimate, reorder
 from ._stats import Distribution, StatsRecord
 from ._validate import INDEX_DTYPE
 
@@ -91,41 +95,58 @@ class WCSR:
     col_ptr: np.ndarray
     cols: np.ndarray
     tiles: np.ndarray
+    row_order: np.ndarray | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _validate.shape_2d(self.shape))
         object.__setattr__(self, "window_rows", _validate.size_choice("window_rows", self.window_rows, WINDOW_ROWS))
         object.__setattr__(self, "tile_cols", _validate.size_choice("tile_cols", self.tile_cols, TILE_COLS))
         self.check_format(full=False)
-        for name in ("window_ptr", "col_ptr", "cols", "tiles"):
-            object.__setattr__(self, name, _validate.readonly(getattr(self, name)))
+        for name in ("window_ptr", "col_ptr", "cols", "tiles", "row_order"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _validate.readonly(getattr(self, name)))
 
     def __repr__(self) -> str:
         return (f"WCSR(shape={self.shape}, window_rows={self.window_rows}, tile_cols={self.tile_cols}, "
-                f"n_tiles={self.n_tiles}, n_condensed={self.n_condensed}, dtype={self.dtype.name})")
+                f"n_tiles={self.n_tiles}, n_condensed={self.n_condensed}, dtype={self.dtype.name}"
+                f"{'' if self.row_order is None else ', rows reordered'})")
 
     # -- construction --------------------------------------------------------------------------------
     @classmethod
     def from_scipy(cls, A, window_rows=DEFAULT_WINDOW_ROWS, tile_cols=DEFAULT_TILE_COLS,
-                   dtype=np.float16, max_bytes=None) -> "WCSR":
+                   dtype=np.float16, max_bytes=None, row_order=None) -> "WCSR":
         """Build from any scipy sparse matrix/array or dense ndarray.
 
         Duplicates are summed in float64, then every value is cast once to ``dtype`` (float16,
         ``ml_dtypes.bfloat16`` or float32; round to nearest). Explicit zeros, NaN and Inf are kept.
         A WCSR above ``max_bytes`` (default ``formats.estimate.default_max_bytes()``) raises
         ``formats.estimate.FormatTooLargeError`` before anything is allocated.
+        ``row_order``: None (A's order), a method of ``formats.reorder.ROW_ORDERS``, or a permutation of
+        the rows (stored row i is row row_order[i] of A); the windows are built over the permuted rows.
         """
         window_rows = _validate.size_choice("window_rows", window_rows, WINDOW_ROWS)
         tile_cols = _validate.size_choice("tile_cols", tile_cols, TILE_COLS)
         dtype = _validate.format_dtype(dtype)
         csr = _validate.canonical_csr(A, (window_rows, 1), "windows")
+        if isinstance(row_order, str):
+            row_order = reorder.row_order(csr, row_order)
+        if row_order is not None:
+            row_order = reorder.check_row_order(row_order, csr.shape[0])
+            csr = csr[row_order]          # rows permuted (the estimate below counts the permuted windows)
         estimate.check_wcsr_fits(csr, window_rows, tile_cols, dtype, max_bytes)
-        return cls(csr.shape, window_rows, tile_cols, *_build(csr, window_rows, tile_cols, dtype))
+        return cls(csr.shape, window_rows, tile_cols, *_build(csr, window_rows, tile_cols, dtype), row_order)
 
     # -- derived values ------------------------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
         return self.tiles.dtype
+
+    @property
+    def output_rows(self) -> np.ndarray:
+        """int32 [M]: the row of C each stored row is written to (arange(M) without a row order)."""
+        if self.row_order is None:
+            return np.arange(self.shape[0], dtype=INDEX_DTYPE)
+        return self.row_order
 
     @property
     def n_windows(self) -> int:
@@ -141,8 +162,9 @@ class WCSR:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the format: tile values plus window_ptr, col_ptr and cols."""
-        return self.tiles.nbytes + self.window_ptr.nbytes + self.col_ptr.nbytes + self.cols.nbytes
+        """Bytes of the format: tile values plus window_ptr, col_ptr, cols and the row order."""
+        order = 0 if self.row_order is None else self.row_order.nbytes
+        return self.tiles.nbytes + self.window_ptr.nbytes + self.col_ptr.nbytes + self.cols.nbytes + order
 
     @functools.cached_property
     def tile_window(self) -> np.ndarray:
@@ -167,8 +189,13 @@ class WCSR:
         """The stored nonzero values as a ``csr_array`` of float32 (scipy holds no float16/bfloat16;
         float32 represents each value exactly). Zeros — padding, explicit zeros of the input and values
         that became zero in the cast — are not stored: it equals ``A.astype(dtype)`` after scipy's
-        ``eliminate_zeros``. Indices sorted, no duplicates."""
-        return _blocked.tiles_to_csr(self.tiles, self.tile_window, self.tile_col_index, self.shape)
+        ``eliminate_zeros``. Indices sorted, no duplicates. In A's row order (a row order undone)."""
+        stored = _blocked.tiles_to_csr(self.tiles, self.tile_window, self.tile_col_index, self.shape)
+        if self.row_order is None:
+            return stored
+        inverse = np.empty_like(self.row_order)
+        inverse[self.row_order] = np.arange(self.shape[0], dtype=INDEX_DTYPE)
+        return stored[inverse]
 
     def matmul_reference(self, B) -> np.ndarray:
         """Float64 ``A @ B`` computed from the stored tiles and the gathered B rows (the oracle of the
@@ -179,8 +206,13 @@ class WCSR:
         scipy's CSR product, which skips zeros, is not.
         """
         b = _validate.dense_operand(B, self.shape[1])
-        return _blocked.tiles_matmul(self.tiles, self.tile_window, self.tile_col_index,
-                                     self.n_windows, self.shape[0], b)
+        stored = _blocked.tiles_matmul(self.tiles, self.tile_window, self.tile_col_index,
+                                       self.n_windows, self.shape[0], b)
+        if self.row_order is None:
+            return stored
+        out = np.empty_like(stored)
+        out[self.row_order] = stored          # stored row i is row row_order[i] of C
+        return out
 
     def stats(self) -> WCSRStats:
         nnz = int(np.count_nonzero(self.tiles))
@@ -212,8 +244,12 @@ class WCSR:
         _validate.check_array("tiles", self.tiles, _validate.SUPPORTED_DTYPES, (None, h, kt))
         _validate.check_ptr("window_ptr", self.window_ptr, self.n_tiles, full)
         _validate.check_ptr("col_ptr", self.col_ptr, self.n_condensed, full)
+        if self.row_order is not None:
+            _validate.check_array("row_order", self.row_order, INDEX_DTYPE, (self.shape[0],))
         if not full:
             return
+        if self.row_order is not None:
+            reorder.check_row_order(self.row_order, self.shape[0])
         n_cols = np.diff(self.col_ptr).astype(np.int64)
         want_tiles = (n_cols + kt - 1) // kt
         bad = np.flatnonzero(np.diff(self.window_ptr) != want_tiles)

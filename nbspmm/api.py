@@ -59,11 +59,21 @@ UNVERIFIED: dict[tuple[str, str], str] = {
 # compute-sanitizer runs of every variant passed (H100, 2026-12-05, commit 2564266).
 LINEAR_UNVERIFIED: str | None = None
 # The formats whose kernels take a row order (``reorder=``, ``formats.reorder``): the CUDA-core CSR
-# kernels, whose work items name the row of C they write.
-ROW_ORDER_FORMATS = ("csr",)
+# kernels, whose work items name the row of C they write, and the WCSR pipelines, whose register
+# epilogue writes each stored row through the row map (PipelineConfig.mapped_rows).
+ROW_ORDER_FORMATS = ("csr", "wcsr")
+# The WCSR pipelines with mapped output rows: a reason string while they have not passed the GPU suite
+# (then a reordered WCSR needs experimental=True); None once they have.
+MAPPED_ROWS_UNVERIFIED: str | None = ("the WCSR kernels' mapped output rows (a WCSR with a row order) have "
+                                      "passed their CPU checks but not yet the GPU suite")
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
+
+
+def _auto_row_order_formats() -> tuple[str, ...]:
+    """The row-order formats format="auto" may pick for a reorder: those verified on the GPU."""
+    return tuple(f for f in ROW_ORDER_FORMATS if not (f == "wcsr" and MAPPED_ROWS_UNVERIFIED))
 
 def _check_reorder(fmt: str, reorder) -> None:
     if reorder is None:
@@ -72,13 +82,14 @@ def _check_reorder(fmt: str, reorder) -> None:
         raise ValueError(f"reorder must be None, 'auto' or one of {formats.reorder.ROW_ORDERS}; got {reorder!r}")
     if fmt not in ("auto", *ROW_ORDER_FORMATS):
         raise ValueError(f"reorder={reorder!r} applies to format {' / '.join(ROW_ORDER_FORMATS)} (or 'auto'): "
-                         f"the {fmt.upper()} kernels write C in whole 64-row tiles and take no row order yet")
+                         f"the {fmt.upper()} kernels write C in whole 64-row tiles (TMA stores) and take no "
+                         f"row order yet")
 
 
 def _reorder_note(reorder: str, choice, order) -> str:
     if order is None:
-        return (f"reorder={reorder!r}: not applied, format {choice.format} takes no row order "
-                f"(only {' / '.join(ROW_ORDER_FORMATS)} does)")
+        return (f"reorder={reorder!r}: not applied, format {choice.format} is not ordered by format='auto' "
+                f"(only {' / '.join(_auto_row_order_formats())} is)")
     return f"reorder={reorder!r}: {order.describe()}"
 
 
@@ -92,30 +103,33 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_col
             raise TypeError(f"A is stored as {np.dtype(A.dtype).name} but dtype={np.dtype(dtype).name} was asked for")
         if reorder is not None:
             raise ValueError(f"A is already a built {given.upper()}: reorder= applies where the operator builds the "
-                             f"format; build it with formats.CSR.from_scipy(A, row_order=...) instead")
+                             f"format; build it with formats.{given.upper()}.from_scipy(A, row_order=...) instead")
         return given, A, None, None
     _check_reorder(fmt, reorder)
     dtype = np.float16 if dtype is None else dtype
     if fmt == "bcsr":
         return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None, None
-    if fmt == "wcsr":
-        built = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype)
-        return "wcsr", built, None, None
-    if fmt == "csr":
+    if fmt in ROW_ORDER_FORMATS:
         if sp.issparse(A) and reorder is not None:
             formats.check_sparse_input(A)     # before the ordering reads A's indices
         order = formats.reorder.choose_row_order(A, reorder) if reorder is not None else None
         rows = order.rows if order is not None and order.applied else None
-        return "csr", formats.CSR.from_scipy(A, dtype=dtype, row_order=rows), None, order
+        if fmt == "wcsr":
+            built = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype,
+                                            row_order=rows)
+        else:
+            built = formats.CSR.from_scipy(A, dtype=dtype, row_order=rows)
+        return fmt, built, None, order
     if fmt == "auto":   # the cost model's pick (nbspmm.choose), built with the shapes it was fitted for
         if sp.issparse(A):
             formats.check_sparse_input(A)     # before the counts read A's indices
         # An explicit ordering limits the pick to the formats that take one; "auto" orders only those.
         explicit = reorder is not None and reorder != formats.reorder.AUTO
-        choice = choose_format(A, n_cols=n_cols, dtype=dtype, allowed_formats=ROW_ORDER_FORMATS if explicit else None)
+        ordered = _auto_row_order_formats()
+        choice = choose_format(A, n_cols=n_cols, dtype=dtype, allowed_formats=ordered if explicit else None)
         shapes = {"block_shape": block_shape, "window_rows": window_rows, "tile_cols": tile_cols,
                   **choice.build_options}
-        chosen_reorder = reorder if choice.format in ROW_ORDER_FORMATS else None
+        chosen_reorder = reorder if choice.format in ordered else None
         name, built, _, order = _build_format(A, choice.format, dtype, **shapes, reorder=chosen_reorder)
         if reorder is not None:
             choice = dataclasses.replace(choice, notes=choice.notes + (_reorder_note(reorder, choice, order),))
@@ -136,12 +150,13 @@ class SpMMOperator:
     kernels listed in ``UNVERIFIED``; other keyword options go to the kernel.
 
     ``reorder``: None (A's row order) | "rcm" | "degree" | "auto" (``formats.reorder``) — the order the
-    CSR kernels walk A's rows in, so that rows sharing columns are gathered together; C still comes back
-    in A's row order (each work item writes its own row of C: no extra pass). With format="auto", "rcm"
-    or "degree" limit the pick to the formats that take a row order (``ROW_ORDER_FORMATS``), and "auto"
-    applies RCM only where the pick is one of them and RCM at least halves the B rows its 64-row windows
-    gather. ``op.row_order`` is the ``RowOrder`` (what it bought, and its host time) or None; the tile
-    formats take no row order yet.
+    CSR kernels walk A's rows in, or the WCSR windows are built over, so that rows sharing columns are
+    gathered together; C still comes back in A's row order (each stored row is written to its own row of
+    C: no extra pass). With format="auto", "rcm" or "degree" limit the pick to the formats that take a
+    row order (``ROW_ORDER_FORMATS``), and "auto" applies RCM only where the pick is one of them and RCM
+    at least halves the B rows its 64-row windows gather. ``op.row_order`` is the ``RowOrder`` (what it
+    bought, and its host time) or None; BCSR takes no row order (its TMA stores write whole tiles). A
+    reordered WCSR needs experimental=True while ``MAPPED_ROWS_UNVERIFIED`` says so.
 
     Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
     are unlocked, and the split-partials buffer is shared by every product of one N: use one operator
@@ -173,6 +188,9 @@ class SpMMOperator:
         if (self.format_name, kernel) in UNVERIFIED and not experimental:
             raise ValueError(f"kernel {kernel!r} ({self.format_name}) is experimental: "
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")
+        if (MAPPED_ROWS_UNVERIFIED and not experimental and self.format_name == "wcsr"
+                and self.sparse.row_order is not None):
+            raise ValueError(f"{MAPPED_ROWS_UNVERIFIED}: pass experimental=True to use it anyway")
         self.experimental = bool(experimental)
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]

@@ -19,7 +19,7 @@ operand layout. Device side (call inside ``cuda.jit`` kernels):
               global_timer, clock64, lane_id, sm_id, warp_id, warpgroup_id, thread_in_warpgroup
   fragment    (host oracles in fragment_layout: fragment_coords, accumulator_layout, shared_tile_offset)
               make_fragment_store / _atomic_add / _load / _store_shared / _store_shared_transposed /
-              _store_transposed,
+              _store_transposed / _store_scattered (rows through a row index table),
               shared_tile_offset, store_box_columns
 
 Host side: ``tensormap`` (encode_tiled, set_dynamic_shared_memory) and ``inspect`` (PTX / SASS without a
@@ -34,7 +34,8 @@ from .descriptor import (SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B, SWIZZLE_CODES, 
                          smem_descriptor, swizzle_bytes, swizzle_tile, unswizzle_bytes, unswizzle_tile)
 from .fragment import (a_fragment_layout, accumulator_layout, fragment_coords, fragment_coords_device,
                        fragments_from_tile, make_fragment_atomic_add, make_fragment_load, make_fragment_store,
-                       make_fragment_store_shared, make_fragment_store_shared_transposed, make_fragment_store_transposed,
+                       make_fragment_store_scattered, make_fragment_store_shared, make_fragment_store_shared_transposed,
+                       make_fragment_store_transposed,
                        pack_a_fragments, shared_tile_offset, store_box_columns,
                        tile_from_fragments)
 from .mbarrier import (mbarrier_arrive, mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_expect_tx,

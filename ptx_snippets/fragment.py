@@ -15,7 +15,7 @@ from numba.cuda import cgutils
 from ._asm import (F32, I16, I32, I64, PTXUsageError, asm, check_array, check_int_value, check_integer,
                    check_unituple, intrinsic, make_typer)
 # The host oracles, re-exported: the device stores below place registers by the same map.
-from .fragment_layout import (STORE_BOX_BYTES, STORE_BOX_ROW_BYTES, SWIZZLE_PERIOD_ROWS, SWIZZLE_UNIT_BYTES,  # noqa: F401
+from .fragment_layout import (HALF_TILE_ROWS, STORE_BOX_BYTES, STORE_BOX_ROW_BYTES, SWIZZLE_PERIOD_ROWS, SWIZZLE_UNIT_BYTES,  # noqa: F401
                               _ITEMSIZE, _check_n, a_fragment_layout, accumulator_layout, fragment_coords,
                               fragments_from_tile, pack_a_fragments, shared_tile_offset, store_box_columns,
                               tile_from_fragments)
@@ -99,29 +99,34 @@ def _emit_red(builder, ptr, value, kind):
     asm(builder, text, constraints, [builder.ptrtoint(ptr, I64), _convert(builder, value, kind)])
 
 
-def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str):
+def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str, scattered: bool = False):
     """The intrinsic ``name(acc, out, row, col)`` writing (mode "store") or adding (mode "add") the tile
     whose register 0 belongs at out[row, col]. For "add", kind None takes the element kind from out's
-    dtype (float32 -> f32, float16 -> f16, uint16 -> bf16 bits)."""
+    dtype (float32 -> f32, float16 -> f16, uint16 -> bf16 bits). ``scattered``: the intrinsic is
+    ``name(acc, out, row, row_low, col)`` instead — the thread's two fragment rows (register 0's and
+    the one HALF_TILE_ROWS below it) go to out rows ``row`` and ``row_low``, wherever those are."""
     nacc = accumulator_size(n)
     pairs = _offsets(n)[::2]
     allowed = tuple(_KIND_OF_DTYPE) if kind is None else (_ELEMENT[kind][0],)
-    wrapper = (f"make_fragment_store({n}, {kind!r})" if mode == "store"
-               else f"make_fragment_atomic_add({n}{'' if kind is None else ', ' + repr(kind)})")
+    wrapper = (f"make_fragment_store{'_scattered' if scattered else ''}({n}, {kind!r})" if mode == "store"
+               else f"make_fragment_atomic_add{'_scattered' if scattered else ''}({n}"
+                    f"{'' if kind is None else ', ' + repr(kind)})")
+    if scattered:   # a thread holds exactly two rows of the tile: register 0's and HALF_TILE_ROWS below
+        assert {dr for _, dr, _ in pairs} == {0, HALF_TILE_ROWS}
 
-    def impl(typingctx, acc, out, row, col):
-        check_unituple(wrapper, "acc", acc, types.float32, nacc)
-        check_array(wrapper, "out", out, ndim=2, layout="C", dtypes=allowed)
-        check_integer(wrapper, "row0", row)
-        check_integer(wrapper, "col0", col)
-        elem_kind = _KIND_OF_DTYPE[out.dtype] if kind is None else kind
-
+    def codegen_of(elem_kind):
         def codegen(context, builder, sig, args):
-            acc_v, out_v, r, c = args
+            if scattered:
+                acc_v, out_v, r, r_low, c = args
+            else:
+                (acc_v, out_v, r, c), r_low = args, None
             ary = context.make_array(sig.args[1])(context, builder, value=out_v)
             n_rows, n_cols = cgutils.unpack_tuple(builder, ary.shape, 2)
             for reg, dr, dc in pairs:
-                rr = builder.add(r, I64(dr))
+                if scattered:
+                    rr = r if dr == 0 else r_low
+                else:
+                    rr = builder.add(r, I64(dr))
                 cc = builder.add(c, I64(dc))
                 v0 = builder.extract_value(acc_v, reg)
                 v1 = builder.extract_value(acc_v, reg + 1)
@@ -143,7 +148,26 @@ def _tile_intrinsic(name: str, n: int, kind: str | None, mode: str):
                                               _element_ptr(builder, ary.data, n_cols, rr, cc))
             return context.get_dummy_value()
 
-        return types.void(acc, out, types.int64, types.int64), codegen
+        return codegen
+
+    def check(acc, out, rows, col):
+        check_unituple(wrapper, "acc", acc, types.float32, nacc)
+        check_array(wrapper, "out", out, ndim=2, layout="C", dtypes=allowed)
+        for row_name, row in zip(("row", "row_low") if scattered else ("row0",), rows):
+            check_integer(wrapper, row_name, row)
+        check_integer(wrapper, "col0", col)
+        return _KIND_OF_DTYPE[out.dtype] if kind is None else kind
+
+    if scattered:
+        def impl(typingctx, acc, out, row, row_low, col):
+            elem_kind = check(acc, out, (row, row_low), col)
+            return types.void(acc, out, types.int64, types.int64, types.int64), codegen_of(elem_kind)
+
+        return intrinsic(make_typer(name, ["acc", "out", "row", "row_low", "col0"], impl))
+
+    def impl(typingctx, acc, out, row, col):
+        elem_kind = check(acc, out, (row,), col)
+        return types.void(acc, out, types.int64, types.int64), codegen_of(elem_kind)
 
     return intrinsic(make_typer(name, ["acc", "out", "row0", "col0"], impl))
 
@@ -429,6 +453,41 @@ def _make_fragment_atomic_add(n: int, kind: str | None):
         tile(acc, out, row0 + r, col0 + c)
 
     return fragment_atomic_add
+
+
+def make_fragment_store_scattered(n: int, out_kind: str = "f32", mode: str = "store"):
+    """``store(acc, out, rows, row0, col0, thread)``: :func:`make_fragment_store` with the tile's rows
+    scattered — tile row r goes to row ``rows[row0 + r]`` of `out` (a row index table: a permuted
+    operand's output rows). Tile rows past the table's end, and table entries outside
+    ``[0, out.shape[0])``, are skipped; columns are bounds-checked as before. mode "add" adds instead
+    (as :func:`make_fragment_atomic_add`, out_kind then the element kind it insists on). Each thread
+    reads the table twice: its two fragment rows. Cached per (n, out_kind, mode)."""
+    _check_n("make_fragment_store_scattered", n)
+    if out_kind not in OUT_KINDS:
+        raise PTXUsageError(f"make_fragment_store_scattered: out_kind must be one of {OUT_KINDS}, got {out_kind!r}")
+    if mode not in ("store", "add"):
+        raise PTXUsageError(f"make_fragment_store_scattered: mode must be 'store' or 'add', got {mode!r}")
+    return _make_fragment_store_scattered(int(n), out_kind, mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_fragment_store_scattered(n: int, kind: str, mode: str):
+    tile = _tile_intrinsic(f"{mode}_tile_scattered_n{n}_{kind}", n, kind, mode, scattered=True)
+
+    @cuda.jit(device=True, inline=True)
+    def out_row(out, rows, i):
+        """rows[i], or out's row count (a row the store skips) past the table or outside out."""
+        if i >= rows.shape[0]:
+            return out.shape[0]
+        row = rows[i]
+        return row if 0 <= row < out.shape[0] else out.shape[0]
+
+    @cuda.jit(device=True, inline=True)
+    def fragment_store_scattered(acc, out, rows, row0, col0, thread):
+        r, c = fragment_coords_device(thread, 0)
+        tile(acc, out, out_row(out, rows, row0 + r), out_row(out, rows, row0 + r + HALF_TILE_ROWS), col0 + c)
+
+    return fragment_store_scattered
 
 
 def make_fragment_load(n: int, in_kind: str = "f32"):

@@ -158,12 +158,15 @@ def gpu_tests(out: Path, pattern: str | None, jobs: int = 1, timeout: int = 400,
 SANITIZE_TWO_PASS = ("bcsr-v4", "bcsr-pingpong", "wcsr-ws", "wcsr-pingpong")
 # The nn.Linear orientation (op.linear) of every BCSR variant that has one (nbspmm.kernels.bcsr.LINEAR_VARIANTS).
 LINEAR_SUFFIX = "@linear"
+# Kernels also sanitized on a format with a random row order (scripts/sanitize_case.py's "@rows").
+SANITIZE_ROW_ORDER = ("wcsr-ws", "wcsr-pingpong", "wcsr-v2", "csr-rows", "csr-segments")
+ROW_ORDER_SUFFIX = "@rows"
 
 
 def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
     name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
-    ("@linear"); those matching the glob `pattern` (several globs: comma-separated)."""
+    ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"); those matching the glob `pattern` (several globs: comma-separated)."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
 
@@ -173,6 +176,7 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
 
     names += [f"bcsr-{variant}{LINEAR_SUFFIX}" for variant in LINEAR_VARIANTS]
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
+    names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
     globs = pattern.split(",")
     return [name for name in names if any(fnmatch.fnmatch(name, glob) for glob in globs)]
 

@@ -2,7 +2,8 @@
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
 kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
 wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws);
-"@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass).
+"@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass); "@rows" after
+a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -20,6 +21,7 @@ from nbspmm.kernels import wcsr as wcsr_kernels
 name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
 kernel, _, combine = name.partition("+")
 kernel, _, orientation = kernel.partition("@")      # "@linear": Y = X Aᵀ (op.linear), BCSR TMA kernels
+row_order = np.random.default_rng(8).permutation(300) if orientation == "rows" else None   # "@rows": M = 300
 fmt_name, _, variant = kernel.partition("-")
 options = {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
@@ -31,13 +33,13 @@ if fmt_name == "bcsr":
     persistent = variant.split("-")[0] in ("v4", "wide", "pingpong")   # the persistent variants get split rows
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 2} if persistent else {}), **options)
 elif fmt_name == "csr":
-    A = formats.CSR.from_scipy(dense, dtype=np.float16)
+    A = formats.CSR.from_scipy(dense, dtype=np.float16, row_order=row_order)
     # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
     options = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64} if variant == "segments" else {"max_nonzeros": 8}
     op = SpMMOperator(A, kernel=variant or "rows", experimental=True, **options)
 else:
     window_rows = 16 if variant == "swapped" else 64               # the swapped orientation's short windows
-    A = formats.WCSR.from_scipy(dense, window_rows=window_rows, tile_cols=16, dtype=np.float16)
+    A = formats.WCSR.from_scipy(dense, window_rows=window_rows, tile_cols=16, dtype=np.float16, row_order=row_order)
     variant = variant or "ws"
     persistent = variant in wcsr_kernels.VARIANTS and wcsr_kernels.VARIANTS[variant].persistent
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_tiles": 2} if persistent else {}), **options)

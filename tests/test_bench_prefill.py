@@ -58,3 +58,29 @@ def test_recorded_result_is_checked_or_absent(tmp_path):
     (tmp_path / prefill.RESULT_FILE).write_text(json.dumps(record))
     with pytest.raises(ValueError, match="parts_ms"):
         prefill.recorded_result(tmp_path)
+
+
+def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation(tmp_path):
+    import json
+
+    def write(name, layers, date, orientation=None):
+        settings = {"layers": layers, **({"orientation": orientation} if orientation else {})}
+        record = {"schema": prefill.SCHEMA, "environment": {"date": date, "gpu": "NVIDIA H100"},
+                  "settings": settings, "rows": rows()}
+        (tmp_path / name).write_text(json.dumps(record))
+
+    write(prefill.RESULT_FILE, 2, "2026-12-04T21:00:00")                      # older runs name no orientation
+    write("prefill_28layers_transpose_h100.json", 28, "2026-12-05T16:37:59", "transpose")
+    write("prefill_28layers_linear_h100.json", 28, "2026-12-05T16:39:18", "linear")
+    write("prefill_4layers_linear.json", 4, "2026-12-06T00:00:00", "linear")   # newer, but fewer layers
+    (tmp_path / "bench_llm.json").write_text("{}")                            # not a prefill file: not read
+    assert [r.path.name for r in prefill.recorded_results(tmp_path)] == [
+        prefill.RESULT_FILE, "prefill_4layers_linear.json",
+        "prefill_28layers_transpose_h100.json", "prefill_28layers_linear_h100.json"]
+    assert prefill.recorded_result(tmp_path).path.name == "prefill_28layers_linear_h100.json"
+    assert prefill.recorded_result(tmp_path, "transpose").path.name == "prefill_28layers_transpose_h100.json"
+    assert prefill.recorded_result(tmp_path, "linear").data["settings"]["layers"] == 28
+    assert prefill.recorded_result(tmp_path / "absent") is None
+    (tmp_path / "prefill_broken.json").write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ValueError, match="schema"):                          # a bad prefill file is an error
+        prefill.recorded_result(tmp_path)

@@ -1,5 +1,5 @@
-"""scripts/gpu_suite.py --sanitize covers every registered kernel of every format, and every BCSR
-variant's nn.Linear orientation."""
+"""scripts/gpu_suite.py --sanitize covers every registered kernel of every format, every BCSR
+variant's nn.Linear orientation, and the row-order kernels on a reordered format."""
 import sys
 from pathlib import Path
 
@@ -20,10 +20,13 @@ def test_every_registered_kernel_is_sanitized():
         kernel, _, combine = name.partition("+")
         kernel, _, orientation = kernel.partition("@")
         fmt, _, variant = kernel.partition("-")
-        assert variant in KERNELS[fmt] and combine in ("", "two_pass") and orientation in ("", "linear"), name
+        assert variant in KERNELS[fmt] and combine in ("", "two_pass") and orientation in ("", "linear", "rows"), name
     linear = {name for name in cases if name.endswith("@linear")}
     assert linear == {f"bcsr-{variant}@linear" for variant in LINEAR_VARIANTS}
-    assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws+two_pass"]
+    reordered = {name for name in cases if name.endswith("@rows")}
+    assert reordered == {"wcsr-ws@rows", "wcsr-pingpong@rows", "wcsr-v2@rows", "csr-rows@rows", "csr-segments@rows"}
+    assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws-rows",
+                                                    "wcsr-ws+two_pass", "wcsr-ws@rows"]
 
 
 def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
@@ -59,4 +62,5 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
 
 
 def test_several_globs_select_their_union():
-    assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments"]
+    assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments", "csr-rows@rows",
+                                                        "csr-segments@rows"]

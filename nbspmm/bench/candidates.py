@@ -101,12 +101,15 @@ NBSPMM_FORMATS = {
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
+    "csr-rcm": {"format": "csr", "reorder": "rcm"},       # rows walked in RCM order (formats.reorder)
+    "wcsr-rcm": {"format": "wcsr", "reorder": "rcm"},     # windows built over the RCM order, rows mapped back
 }
 # Names whose product is the nn.Linear orientation (``SpMMOperator.linear``), timed on X = Bᵀ and Y = Cᵀ.
 LINEAR_FORMATS = ("bcsr-linear",)
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr", "auto": "wcsr"}
+NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr",
+                  "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
@@ -188,6 +191,8 @@ class NbspmmCandidate:
             kwargs["experimental"] = True
         if self.format in LINEAR_FORMATS and getattr(api, "LINEAR_UNVERIFIED", None):
             kwargs["experimental"] = True
+        if kwargs["format"] == "wcsr" and kwargs.get("reorder") and getattr(api, "MAPPED_ROWS_UNVERIFIED", None):
+            kwargs["experimental"] = True
         return kwargs
 
     def available(self) -> tuple[bool, str]:
@@ -216,7 +221,10 @@ class NbspmmCandidate:
         except NotImplementedError as exc:
             raise NotBuiltYet(f"SpMMOperator({kwargs}): {exc or 'not implemented'}") from None
         prepared = _LinearPrepared if self.format in LINEAR_FORMATS else _NbspmmPrepared
-        return prepared(op, case, inputs, repr(op), out_dtype)
+        note = repr(op)
+        if getattr(op, "row_order", None) is not None:     # what the ordering bought, and its host time
+            note += f"; reorder {op.row_order.describe()}"
+        return prepared(op, case, inputs, note, out_dtype)
 
 
 class _NbspmmPrepared:

@@ -33,7 +33,7 @@ from nbspmm.bench.metrics import geometric_mean
 from nbspmm.bench.peer_groups import NORMALIZATIONS
 
 SUITES = ("real", "synthetic", "llm")             # nbspmm.bench.suites.SUITES, without importing scipy here
-SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse")
+SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse", "hidden")
 DENSE_PEER = "cublas_dense"
 LADDER_PREFIX = "bcsr:"
 LADDER_RUNG = re.compile(r"^bcsr:v\d+$")             # the ablation rungs; other variants count as kernels

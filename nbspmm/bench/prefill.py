@@ -32,7 +32,8 @@ ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
 COMPONENTS = ("attention", "linear", "rest")
 SCHEMA = "nbspmm-prefill/1"
-RESULT_FILE = "prefill.json"            # the recorded run, in results/ (nbspmm.datasets; read by notebook 09)
+RESULT_FILE = "prefill.json"            # a recorded run, in results/ (nbspmm.datasets; read by notebook 09)
+RESULT_PATTERN = "prefill*.json"        # every recorded run: prefill.json, prefill_28layers_linear_h100.json, ...
 ROW_FIELDS = ("config", "tokens", "e2e_ms", "parts_ms")
 
 
@@ -72,17 +73,29 @@ def check_record(data: dict) -> None:
         raise ValueError("no rows")
 
 
-def recorded_result(directory=None):
-    """The recorded prefill run (``RESULT_FILE`` in the recorded results folder), checked, or None."""
+def recorded_results(directory=None) -> list:
+    """Every recorded prefill run (``RESULT_PATTERN`` in the recorded results folder), each checked, as
+    ``nbspmm.teach.recorded.Recorded``; fewest layers first, then oldest (the last is the one
+    ``recorded_result`` picks)."""
     from nbspmm import datasets
     from nbspmm.teach import recorded
 
-    path = (datasets.results_dir() if directory is None else Path(directory)) / RESULT_FILE
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    check_record(data)
-    return recorded.Recorded("prefill", path, data)
+    root = datasets.results_dir() if directory is None else Path(directory)
+    found = []
+    for path in sorted(root.glob(RESULT_PATTERN)) if root.is_dir() else []:
+        data = json.loads(path.read_text())
+        check_record(data)
+        found.append(recorded.Recorded("prefill", path, data))
+    return sorted(found, key=lambda r: (r.data.get("settings", {}).get("layers", 0), r.date, r.path.name))
+
+
+def recorded_result(directory=None, orientation=None):
+    """The recorded prefill run with the most decoder layers (the newest of those), checked, or None; with
+    `orientation` ("linear" / "transpose"), only runs whose settings name that BlockSparseLinear
+    orientation (runs from before the option name none)."""
+    found = [r for r in recorded_results(directory)
+             if orientation is None or r.data.get("settings", {}).get("orientation") == orientation]
+    return found[-1] if found else None
 
 
 def table(result: dict) -> str:

@@ -170,6 +170,20 @@ def stencil27(nx: int, ny: int, nz: int, seed: int) -> sp.csr_matrix:
     return pattern
 
 
+def band(m: int, half_width: int, seed: int) -> sp.csr_matrix:
+    """An m x m band of 2 * half_width + 1 diagonals, values from ``random_values``."""
+    rng = np.random.default_rng(seed)
+    offsets = range(-half_width, half_width + 1)
+    return sp.csr_matrix(sp.diags([random_values(rng, m - abs(d)) for d in offsets], list(offsets), shape=(m, m)))
+
+
+def hide(matrix: sp.spmatrix, seed: int) -> sp.csr_matrix:
+    """A square matrix with its rows and columns permuted by one random permutation: the structure (and
+    the product's work) unchanged, its locality hidden."""
+    p = np.random.default_rng(seed).permutation(matrix.shape[0])
+    return sp.csr_matrix(sp.csr_matrix(matrix)[p][:, p])
+
+
 def uniform_random(m: int, k: int, nnz: int, seed: int) -> sp.csr_matrix:
     """Exactly ``nnz`` distinct positions drawn uniformly from an m × k matrix."""
     _check_sampled_density(m, k, nnz)
@@ -404,7 +418,7 @@ def build_case(spec: CaseSpec, cache: MatrixCache | None = None) -> Case:
 # ---------------------------------------------------------------- suites
 SUITES = ("real", "synthetic", "llm")
 SCALES = ("small", "paper")
-SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse")
+SYNTHETIC_FAMILIES = ("rmat", "stencil27", "uniform", "replica", "blocksparse", "hidden")
 DEFAULT_N = (128,)
 DEFAULT_BLOCK_SPARSITIES = (0.5, 0.7, 0.9, 0.95)
 
@@ -418,6 +432,11 @@ REPLICA_SOURCES = {"small": ("cora.npz", "dwt_992.mtx"),
                    "paper": ("pubmed.npz", "bcsstk13.mtx", "rajat01.mtx", "pushpull.mtx",
                              "Groebner_id2003_aug.mtx")}
 REPLICA_TARGET_NNZ = {"small": 100_000, "paper": 4_000_000}
+# Hidden structure (``reorder=``): a band and a 27-point stencil, each in its natural order and with its
+# rows and columns randomly permuted (the same permutation), so that a row order can be measured by how
+# close it brings the permuted matrix to the natural one's time. Band: (M, half-width).
+HIDDEN_BANDS = {"small": [(4096, 8)], "paper": [(1 << 18, 8)]}
+HIDDEN_STENCILS = {"small": [(12, 12, 12)], "paper": [(64, 64, 64)]}
 # Block-sparse shapes for the BCSR kernel: (M, K, N).
 BLOCKSPARSE_SHAPES = {"small": [(512, 512, 256)], "paper": [(8192, 8192, 4096), (16384, 16384, 8192)]}
 
@@ -521,6 +540,18 @@ def synthetic_matrices(scale: str, families: Sequence[str] = SYNTHETIC_FAMILIES,
             out.append((MatrixSpec(key, key, "replica", IRREGULAR,
                                    _params(source=name, copies=copies, source_nnz=source.matrix.nnz), build),
                         None))
+    if "hidden" in families:
+        bases = [(f"band-{m}-w{w}", _params(m=m, half_width=w), lambda s, m=m, w=w: band(m, w, s))
+                 for m, w in HIDDEN_BANDS[scale]]
+        bases += [(f"stencil27-{g[0]}x{g[1]}x{g[2]}", _params(grid=list(g)), lambda s, g=g: stencil27(*g, s))
+                  for g in HIDDEN_STENCILS[scale]]
+        for base_key, params, make in bases:
+            s = stable_seed(seed, "hidden", base_key)
+            for hidden in (False, True):
+                key = f"{base_key}-{'hidden' if hidden else 'natural'}"
+                build = (lambda make=make, s=s: hide(make(s), s + 1)) if hidden else (lambda make=make, s=s: make(s))
+                out.append((MatrixSpec(key, key, "hidden", IRREGULAR, params + _params(hidden=hidden, seed=s),
+                                       build), None))
     if "blocksparse" in families:
         for m, k, n in BLOCKSPARSE_SHAPES[scale]:
             for sparsity in block_sparsities:

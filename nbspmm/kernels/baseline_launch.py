@@ -39,6 +39,9 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "baseline") -> P
         arrays = (fmt.indptr, fmt.indices, host_view(fmt.data))
         return PreparedBaseline("baseline", kernel, tuple(cuda.to_device(a) for a in arrays),
                                 fmt.n_block_rows, BM)
+    if fmt.row_order is not None:       # its windows write C in the stored row order
+        raise ValueError("the baseline WCSR kernel takes no row order: use the tensor-core WCSR kernels "
+                         "(kernel='ws'), or build the WCSR without row_order")
     kernel = baseline.wcsr_kernel(fmt.window_rows, fmt.tile_cols, in_kind, out_kind)
     arrays = (fmt.window_ptr, fmt.tile_col_index, host_view(fmt.tiles))
     return PreparedBaseline("baseline", kernel, tuple(cuda.to_device(a) for a in arrays),

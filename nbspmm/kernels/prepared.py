@@ -6,7 +6,8 @@ once per (B, C) buffer pair by ``bind`` (see ``nbspmm.launch``: a few µs of Pyt
 tens):
 
   1. pad      B's rows copied into a buffer whose row pitch TMA can address (N not a multiple of 8);
-  2. zero     C's rows of split units zeroed (combine "atomic": their items add into them);
+  2. zero     C's rows of split units zeroed (combine "atomic": their items add into them; with mapped
+              output rows, the rows the unit's stored rows map to);
   3. main     the pipeline kernel (``nbspmm.kernels.pipeline``);
   4. reduce   the split units' partial tiles summed in plan order into C (combine "two_pass").
 
@@ -40,9 +41,10 @@ HELPER_THREADS = 256            # threads per block of the element-wise helper k
 BOUND_CACHE_SIZE = 256
 # Kernel arguments by position, from the one argument table (pipeline.args).
 ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP, ARG_A_WORDS, ARG_B_WORDS, \
-    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP = (
+    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP, ARG_OUT_ROWS = (
         ARG_INDEX[name] for name in ("rows", "begins", "ends", "shared", "col_index", "a_map", "b_map", "a_words",
-                                     "b_words", "C", "n_tiles_n", "stamps", "partials", "partial_slot", "c_map"))
+                                     "b_words", "C", "n_tiles_n", "stamps", "partials", "partial_slot", "c_map",
+                                     "out_rows"))
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ class SparseOperand:
 
     values:    16-bit values of every A tile stacked as a (tiles · unit rows) × BK matrix (uint16 view);
     col_index: int32 (tiles, 1) block columns (BCSR) or (tiles, KT) condensed columns, -1 = padding (WCSR);
-    plan:      the formats.SplitPlan of the work items (unit = block row / window).
+    plan:      the formats.SplitPlan of the work items (unit = block row / window);
+    out_rows:  int32 [M] or None: stored row i of A is row out_rows[i] of C (a reordered operand; the
+               kernel then needs PipelineConfig.mapped_rows). None: C in the stored order.
     """
     name: str
     shape: tuple
@@ -60,6 +64,7 @@ class SparseOperand:
     values: np.ndarray
     col_index: np.ndarray
     plan: object
+    out_rows: np.ndarray | None = None
 
 
 # ---- element-wise helper kernels (1-D grids, one thread per element) ---------------------------
@@ -84,6 +89,20 @@ def _make_zero_unit_rows(height: int):
                 C[row, c] = 0
 
     return zero_unit_rows
+
+
+def _make_zero_mapped_rows(height: int):
+    def zero_mapped_rows(C, units, out_rows):
+        """Mapped output rows: zero the rows of C that the stored rows of the listed units map to."""
+        i = cuda.grid(1)
+        n = C.shape[1]
+        if i < units.shape[0] * height * n:
+            local, c = i // n, i % n
+            stored = units[local // height] * height + local % height
+            if stored < out_rows.shape[0]:
+                C[out_rows[stored], c] = 0
+
+    return zero_mapped_rows
 
 
 def _make_zero_unit_columns(height: int):
@@ -158,6 +177,7 @@ def helper_kernel(name: str, out_kind: str = "f32", unit_rows: int = BLOCK_M):
         function, signature = {
             "pad": (_copy_padded, (u16, u16)),
             "zero": (_make_zero_unit_rows(unit_rows), (out, i32)),
+            "zero_mapped": (_make_zero_mapped_rows(unit_rows), (out, i32, i32)),
             "reduce": (_make_reduce_partials(out_kind, unit_rows), (f32, i32, i32, out)),
             "zero_transposed": (_make_zero_unit_columns(unit_rows), (out, i32)),
             "reduce_transposed": (_make_reduce_partials_transposed(out_kind, unit_rows), (f32, i32, i32, out)),
@@ -289,8 +309,15 @@ class PreparedPipeline:
         if shared.any() and cfg.combine == "atomic" and cfg.out_kind != "f32":
             raise ValueError("split work items add partial sums atomically in fp32: use out_dtype=float32, or "
                              "combine='two_pass' (partials to a buffer, then a deterministic reduction)")
+        if operand.out_rows is not None and not cfg.mapped_rows:
+            raise ValueError(f"a reordered operand's rows must be written through its row map: the {cfg.name} "
+                             f"kernel does not map output rows (PipelineConfig.mapped_rows)")
         self.name, self.cfg, self.plan = cfg.name, cfg, plan
         self.shape = tuple(operand.shape)
+        # The row map (mapped_rows: the identity when the operand has none), else a placeholder never read.
+        out_rows = (operand.out_rows if operand.out_rows is not None
+                    else np.arange(self.shape[0] if cfg.mapped_rows else 1))
+        self.out_rows = cuda.to_device(np.ascontiguousarray(out_rows, dtype=np.int32))
         row = np.asarray(plan.row, dtype=np.int32)
         self.rows, self.begins, self.ends = (cuda.to_device(np.ascontiguousarray(a, dtype=np.int32))
                                              for a in (row, plan.begin, plan.end))
@@ -425,11 +452,14 @@ class PreparedPipeline:
             # Boxes of 128-byte rows, 128-byte swizzle: the layout make_fragment_store_shared(_transposed) writes.
             c_map = encode_tiled(C, box=c_box, swizzle="128B", dtype=cfg.out_kind)
             keep_alive.append(c_map)
-        helpers = ("zero_transposed", "reduce_transposed") if cfg.linear else ("zero", "reduce")
+        zero_helper = "zero_transposed" if cfg.linear else "zero_mapped" if cfg.mapped_rows else "zero"
+        reduce_helper = "reduce_transposed" if cfg.linear else "reduce"
         if cfg.combine == "atomic" and self.split_units is not None:
-            zero = PackedLaunch(helper_kernel(helpers[0], cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
+            zero = PackedLaunch(helper_kernel(zero_helper, cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             zero.set(0, C)
             zero.set(1, self.split_units)
+            if cfg.mapped_rows:
+                zero.set(2, self.out_rows)
             steps.append((zero, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))
         main = PackedLaunch(compiled_kernel(cfg), block=cfg.threads, shared_bytes=cfg.smem_bytes)
         partials = self._partials_buffer(N) if cfg.combine == "two_pass" and self.n_partial_slots else None
@@ -441,11 +471,12 @@ class PreparedPipeline:
                              (ARG_STAMPS, self._no_stamps if stamps is None else stamps),
                              (ARG_PARTIALS, partials if partials is not None else self._no_partials()),
                              (ARG_PARTIAL_SLOT, self.partial_slot),
-                             (ARG_C_MAP, (c_map or b_map).device)):    # unread by the register epilogue
+                             (ARG_C_MAP, (c_map or b_map).device),    # unread by the register epilogue
+                             (ARG_OUT_ROWS, self.out_rows)):           # unread unless cfg.mapped_rows
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:
-            reduce = PackedLaunch(helper_kernel(helpers[1], cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
+            reduce = PackedLaunch(helper_kernel(reduce_helper, cfg.out_kind, self.unit_rows), block=HELPER_THREADS)
             for index, value in enumerate((partials, self.slot_ptr, self.split_units, C)):
                 reduce.set(index, value)
             steps.append((reduce, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))

@@ -18,6 +18,9 @@ Variants (the same rungs as BCSR where they apply; the synchronous loader is BCS
             (16-byte pieces) instead of 1-row TMA boxes (PipelineConfig.gather)
   swapped   ws in the swapped orientation: windows of 8-64 rows (16 by default: build the WCSR with
             window_rows=16) as wgmma's N, the gathered B rows as its M (PipelineConfig.swapped)
+  ws-rows   ws writing each stored row to the row of C its row order names (PipelineConfig.mapped_rows):
+            what a WCSR built with a row order (``WCSR.from_scipy(A, row_order=...)``) runs on; ``prepare``
+            switches ws, pingpong, v3 and v2 to mapped rows for such a WCSR (swapped and ws-tma cannot)
 
 Load balancing: windows with more than ``max_tiles`` tiles are split into several work items. Their
 partial tiles are combined by ``combine="atomic"`` (default: ``red.global.add`` into fp32 C, whose rows
@@ -54,6 +57,8 @@ VARIANTS["ws-cpasync"] = replace(VARIANTS["ws"], name="wcsr-ws-cpasync", gather=
 # WCSR built with other window heights (8, 32, 64) takes the same variant: prepare() sets unit_rows.
 SWAPPED_WINDOW_ROWS = 16
 VARIANTS["swapped"] = replace(VARIANTS["ws"], name="wcsr-swapped", swapped=True, unit_rows=SWAPPED_WINDOW_ROWS)
+# Rows written through the WCSR's row order (a reordered operand: formats.reorder).
+VARIANTS["ws-rows"] = replace(VARIANTS["ws"], name="wcsr-ws-rows", mapped_rows=True)
 TILE_COLS = (16, 32, 64)
 # The "auto" split (prepared.one_wave_max_tiles). Pieces of at least MIN_SPLIT_TILES tiles; and a window
 # is cut only when it exceeds the one-wave share by MIN_SPLIT_EXCESS_TILES tiles or more. Measured on the
@@ -76,7 +81,7 @@ def operand(fmt: formats.WCSR, max_tiles: int | None, window_rows=(BLOCK_M,)) ->
     values = np.asarray(fmt.tiles).view(np.uint16).reshape(-1, fmt.tile_cols)
     col_index = np.asarray(fmt.tile_col_index, dtype=np.int32)
     return SparseOperand("wcsr", tuple(fmt.shape), fmt.tile_cols, True, values, col_index,
-                         formats.split_plan(fmt, max_tiles=max_tiles))
+                         formats.split_plan(fmt, max_tiles=max_tiles), out_rows=fmt.row_order)
 
 
 def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic") -> int | None:
@@ -92,6 +97,13 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles:
         raise TypeError(f"the WCSR kernels take a formats.WCSR; got {type(fmt).__name__}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown WCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if fmt.row_order is not None:
+        base = VARIANTS[variant]
+        if base.swapped or base.epilogue == "tma":
+            raise ValueError(f"WCSR variant {variant!r} cannot write rows through a row order (its stores cover "
+                             f"whole tiles of C); use variant 'ws', 'pingpong', 'v3' or 'v2', or build the WCSR "
+                             f"without row_order")
+        overrides["mapped_rows"] = True
     if max_tiles == "auto":
         max_tiles = default_max_tiles(fmt, out_kind, overrides.get("combine", VARIANTS[variant].combine))
     stages = overrides.pop("stages", VARIANTS[variant].stages)

@@ -131,6 +131,11 @@ class PipelineConfig:
     # transposition (tnspB = 0), the same descriptor form as the A tile. The epilogue writes the
     # accumulator (64 rows of C x WG_N columns) transposed into Y.
     linear: bool = False
+    # Output rows through a row map (a reordered operand, formats.reorder): unit row r of A as stored is
+    # row out_rows[r] of C (the kernel argument ``out_rows``), so C comes back in A's row order with no
+    # extra pass. The register epilogue scatters each thread's two fragment rows; the TMA store writes
+    # whole 64-row boxes and cannot. Split units combine atomically (their mapped rows zeroed first).
+    mapped_rows: bool = False
 
     def __post_init__(self):
         if self.loader not in ("sync", "tma"):
@@ -171,6 +176,10 @@ class PipelineConfig:
         if self.linear and (self.gather_b or self.loader != "tma" or self.swapped):
             raise ValueError("the nn.Linear orientation (X = B^T, Y = C^T) is built for BCSR's contiguous B rows "
                              "loaded by TMA (not gathered, not the synchronous loader, not swapped)")
+        if self.mapped_rows and (self.epilogue != "registers" or self.swapped or self.linear
+                                 or self.combine != "atomic"):
+            raise ValueError("mapped output rows (a reordered operand) are written by the register epilogue, "
+                             "unswapped, in C's own orientation, with split units combined atomically")
         if self.in_kind not in ("f16", "bf16") or self.out_kind not in ("f32", self.in_kind):
             raise ValueError(f"inputs f16/bf16, output f32 or the input kind; got {self.in_kind} -> {self.out_kind}")
         if self.smem_bytes > MAX_DYNAMIC_SMEM:

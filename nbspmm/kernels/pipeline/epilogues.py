@@ -7,6 +7,8 @@ A tile of a whole unit is stored by one of
 a partial tile of a split unit (plan.shared) is combined by one of
   atomic      fp32 red.global.add into C rows zeroed first (fp32 output only);
   two_pass    stored to the fp32 partials buffer; the reduction kernel sums them in plan order.
+With mapped output rows (cfg.mapped_rows: a reordered operand) the register stores and the atomic adds
+scatter each thread's two fragment rows through the ``out_rows`` table (``make_fragment_store_scattered``).
 The swapped orientation's C^T slices are transposed by the same stores (``make_fragment_store_transposed``);
 in the nn.Linear orientation (cfg.linear) C is given transposed (Y = C^T), so every store of a whole tile
 or an atomic part is transposed (the tma store through a transposed shared tile), while partial tiles go
@@ -24,7 +26,8 @@ from nbspmm.kernels.pipeline.config import BLOCK_M, SWAPPED_SLICES, SWIZZLE_SPAN
 from nbspmm.kernels.pipeline.inlining import device, role
 from ptx_snippets import (bulk_commit_group, bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared,
                           make_fragment_atomic_add, make_fragment_store, make_fragment_store_shared,
-                          make_fragment_store_shared_transposed, make_fragment_store_transposed, named_barrier_sync,
+                          make_fragment_store_scattered, make_fragment_store_shared_transposed,
+                          make_fragment_store_transposed, named_barrier_sync,
                           store_box_columns, tensormap_acquire_fence, tensormap_prefetch, tma_store_2d)
 from ptx_snippets.fragment import STORE_BOX_BYTES
 
@@ -33,13 +36,14 @@ EPILOGUE_BAR = 1
 
 
 class Epilogue(NamedTuple):
-    store: Callable        # (acc, C, partials, partial_slot, shared, p, row0, col0, smem_base, c_map, g, thread)
+    store: Callable        # (acc, C, out_rows, partials, partial_slot, shared, p, row0, col0, smem_base, c_map, g,
+                           #  thread)
     finish: Callable       # (thread): before the CTA ends
     acquire_map: Callable  # (c_map): thread 0, before the first store
 
 
 class TileStores(NamedTuple):
-    store: Callable        # (acc, out, row0, col0, thread)
+    store: Callable        # (acc, out, out_rows, row0, col0, thread)
     add: Callable          # atomic add into fp32 C (the plain store stands in for 16-bit outputs: never reached)
     partial: Callable      # fp32 store into the partials buffer
 
@@ -50,28 +54,47 @@ def linear_tile_stores(cfg: PipelineConfig) -> TileStores:
     add_t = make_fragment_store_transposed(cfg.wg_n, 1, "f32", "add") if cfg.out_kind == "f32" else store_t
 
     @role
-    def store(acc, out, row0, col0, thread):
+    def store(acc, out, out_rows, row0, col0, thread):
         store_t((acc,), out, col0, row0, thread)
 
     @role
-    def add(acc, out, row0, col0, thread):
+    def add(acc, out, out_rows, row0, col0, thread):
         add_t((acc,), out, col0, row0, thread)
 
-    return TileStores(store, add, make_fragment_store(cfg.wg_n, "f32"))
+    return TileStores(store, add, unmapped(make_fragment_store(cfg.wg_n, "f32")))
+
+
+def unmapped(store_tile):
+    """A store of the tile at (row0, col0) as a TileStores role (the out_rows table unread)."""
+    @role
+    def store_unmapped(acc, out, out_rows, row0, col0, thread):
+        store_tile(acc, out, row0, col0, thread)
+
+    return store_unmapped
+
+
+def mapped_tile_stores(cfg: PipelineConfig) -> TileStores:
+    """Mapped output rows: unit row r goes to row out_rows[r] of C (the partials buffer stays unmapped)."""
+    store = make_fragment_store_scattered(cfg.wg_n, cfg.out_kind)
+    add = make_fragment_store_scattered(cfg.wg_n, "f32", "add") if cfg.out_kind == "f32" else store
+    return TileStores(store, add, unmapped(make_fragment_store(cfg.wg_n, "f32")))
 
 
 def tile_stores(cfg: PipelineConfig) -> TileStores:
     if cfg.linear:
         return linear_tile_stores(cfg)
+    if cfg.mapped_rows:
+        return mapped_tile_stores(cfg)
     if cfg.swapped:
-        store = make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, cfg.out_kind)
-        add = (make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, "f32", "add")
-               if cfg.out_kind == "f32" else store)
-        return TileStores(store, add, make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, "f32"))
+        def transposed(kind, mode="store"):
+            return make_fragment_store_transposed(cfg.unit_rows, SWAPPED_SLICES, kind, mode)
+        store = transposed(cfg.out_kind)
+        add = transposed("f32", "add") if cfg.out_kind == "f32" else store
+        return TileStores(unmapped(store), unmapped(add), unmapped(transposed("f32")))
     # PreparedPipeline refuses atomic combining for 16-bit outputs, so there the add is dead code.
     store = make_fragment_store(cfg.wg_n, cfg.out_kind)
     add = make_fragment_atomic_add(cfg.wg_n) if cfg.out_kind == "f32" else store
-    return TileStores(store, add, make_fragment_store(cfg.wg_n, "f32"))
+    return TileStores(unmapped(store), unmapped(add), unmapped(make_fragment_store(cfg.wg_n, "f32")))
 
 
 class StoreBoxes(NamedTuple):
@@ -136,15 +159,15 @@ def make_whole_store(cfg: PipelineConfig, stores: TileStores):
         store_tile_tma = make_tma_store(cfg)
 
         @role
-        def store_whole_tma(acc, C, row0, col0, smem_base, c_map, g, thread):
+        def store_whole_tma(acc, C, out_rows, row0, col0, smem_base, c_map, g, thread):
             store_tile_tma(acc, smem_base, c_map, g, thread, row0, col0)
 
         return store_whole_tma
     store_tile = stores.store
 
     @role
-    def store_whole_registers(acc, C, row0, col0, smem_base, c_map, g, thread):
-        store_tile(acc, C, row0, col0, thread)
+    def store_whole_registers(acc, C, out_rows, row0, col0, smem_base, c_map, g, thread):
+        store_tile(acc, C, out_rows, row0, col0, thread)
 
     return store_whole_registers
 
@@ -155,15 +178,15 @@ def make_split_store(cfg: PipelineConfig, stores: TileStores):
         store_partial = stores.partial
 
         @role
-        def store_split_two_pass(acc, C, partials, partial_slot, p, row0, col0, thread):
-            store_partial(acc, partials, partial_slot[p] * UNIT_ROWS, col0, thread)   # the reduction sums them
+        def store_split_two_pass(acc, C, out_rows, partials, partial_slot, p, row0, col0, thread):
+            store_partial(acc, partials, out_rows, partial_slot[p] * UNIT_ROWS, col0, thread)  # the reduction sums them
 
         return store_split_two_pass
     add_tile = stores.add
 
     @role
-    def store_split_atomic(acc, C, partials, partial_slot, p, row0, col0, thread):
-        add_tile(acc, C, row0, col0, thread)       # C rows pre-zeroed; other items add too
+    def store_split_atomic(acc, C, out_rows, partials, partial_slot, p, row0, col0, thread):
+        add_tile(acc, C, out_rows, row0, col0, thread)       # C rows pre-zeroed; other items add too
 
     return store_split_atomic
 
@@ -174,11 +197,11 @@ def make_epilogue(cfg: PipelineConfig) -> Epilogue:
     STORES_BY_TMA = cfg.epilogue == "tma"
 
     @role
-    def store(acc, C, partials, partial_slot, shared, p, row0, col0, smem_base, c_map, g, thread):
+    def store(acc, C, out_rows, partials, partial_slot, shared, p, row0, col0, smem_base, c_map, g, thread):
         if shared[p] == 0:
-            store_whole(acc, C, row0, col0, smem_base, c_map, g, thread)
+            store_whole(acc, C, out_rows, row0, col0, smem_base, c_map, g, thread)
         else:
-            store_split(acc, C, partials, partial_slot, p, row0, col0, thread)
+            store_split(acc, C, out_rows, partials, partial_slot, p, row0, col0, thread)
 
     @role
     def finish(thread):

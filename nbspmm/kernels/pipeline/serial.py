@@ -26,7 +26,7 @@ def build_serial(cfg: PipelineConfig, roles):
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
-               partials, partial_slot, c_map):
+               partials, partial_slot, c_map, out_rows):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         smem_words = cuda.shared.array(0, dtype=np.uint64, alignment=1024)  # the same bytes, as words
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
@@ -77,8 +77,8 @@ def build_serial(cfg: PipelineConfig, roles):
                 stage, phase = advance(stage, phase)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-            store(acc, C, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base, c_map_addr,
-                  g, tid % WARPGROUP)
+            store(acc, C, out_rows, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base,
+                  c_map_addr, g, tid % WARPGROUP)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
         finish(tid % WARPGROUP)

@@ -29,8 +29,8 @@ def make_consumer(cfg: PipelineConfig, roles):
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
     @role
-    def consume(tid, g, lane, bars, turns, smem_base, rows, begins, ends, shared, C, stamps, partials, partial_slot,
-                c_map_addr, n_plan, n_items, n_tiles_n):
+    def consume(tid, g, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
+                partial_slot, c_map_addr, n_plan, n_items, n_tiles_n):
         stage, phase = 0, 0                 # consumer ring position
         recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
         slot = 0
@@ -74,8 +74,8 @@ def make_consumer(cfg: PipelineConfig, roles):
                     slot = stamp(stamps, 1 + g, slot, EV_MMA_END, prev_stage, n_blocks - 1)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-            store(acc, C, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base, c_map_addr,
-                  g, tid % WARPGROUP)
+            store(acc, C, out_rows, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base,
+                  c_map_addr, g, tid % WARPGROUP)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
 
@@ -96,7 +96,7 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
     PRODUCER_NREGS, CONSUMER_NREGS = cfg.producer_regs, cfg.consumer_regs
 
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
-               partials, partial_slot, c_map):
+               partials, partial_slot, c_map, out_rows):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
         tid = cuda.threadIdx.x
@@ -130,7 +130,7 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
                                                    col_index, begins, ends, stamps, p, t, K)
         else:
             setmaxnreg_inc(CONSUMER_NREGS)
-            consume(tid, wg, lane, bars, turns, smem_base, rows, begins, ends, shared, C, stamps, partials,
+            consume(tid, wg, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
                     partial_slot, c_map_addr, n_plan, n_items, n_tiles_n)
             finish(tid % WARPGROUP)
 
