@@ -63,9 +63,9 @@ LINEAR_UNVERIFIED: str | None = None
 # epilogue writes each stored row through the row map (PipelineConfig.mapped_rows).
 ROW_ORDER_FORMATS = ("csr", "wcsr")
 # The WCSR pipelines with mapped output rows: a reason string while they have not passed the GPU suite
-# (then a reordered WCSR needs experimental=True); None once they have.
-MAPPED_ROWS_UNVERIFIED: str | None = ("the WCSR kernels' mapped output rows (a WCSR with a row order) have "
-                                      "passed their CPU checks but not yet the GPU suite")
+# (then a reordered WCSR needs experimental=True); None once they have — tests/gpu/test_reorder_gpu.py
+# 37 / 37 and compute-sanitizer on ws-rows and ws / pingpong / v2 with a row order (H100, 2026-12-06, 55da8e6).
+MAPPED_ROWS_UNVERIFIED: str | None = None
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
@@ -155,8 +155,7 @@ class SpMMOperator:
     C: no extra pass). With format="auto", "rcm" or "degree" limit the pick to the formats that take a
     row order (``ROW_ORDER_FORMATS``), and "auto" applies RCM only where the pick is one of them and RCM
     at least halves the B rows its 64-row windows gather. ``op.row_order`` is the ``RowOrder`` (what it
-    bought, and its host time) or None; BCSR takes no row order (its TMA stores write whole tiles). A
-    reordered WCSR needs experimental=True while ``MAPPED_ROWS_UNVERIFIED`` says so.
+    bought, and its host time) or None; BCSR takes no row order (its TMA stores write whole tiles).
 
     Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
     are unlocked, and the split-partials buffer is shared by every product of one N: use one operator
