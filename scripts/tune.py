@@ -2,7 +2,7 @@
 """Design measurements on the H200: kernel configurations, ceilings, host cost. Not the peer benchmark
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
-    python scripts/tune.py --out DIR [bcsr] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
+    python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -25,6 +25,9 @@
          (rows per warp 32 / lanes), L2 column panels ``panel_columns`` (the default from L2 against one
          panel of all N), register budget ``min_blocks_per_sm``; the row kernel and cuSPARSE CSR
          (torch, fp16) timed on the same data;
+  raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
+         rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
+         K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
 
@@ -361,34 +364,90 @@ def part_rows(timer) -> list[dict]:
     return rows
 
 
-SEGMENTS_MATRICES = ("rmat-s20-8.4M", "uniform-1048576x1048576-8.4M", "replica-pubmed-x45")
+SEGMENTS_MATRICES = ("rmat-s20-8.4M", "uniform-1048576x1048576-8.4M")
+SEGMENTS_N = (64, 128, 256)
 NO_PANELS = 1 << 30                  # one panel of every column: slices side by side, as the row kernel
-# The default first (4 lanes, 32-column panels at K = 2^20); each lane count with and without panels.
-SEGMENTS_CONFIGS = ({}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"segment_pieces": 32},
-                    {"lanes": 4, "panel_columns": NO_PANELS}, {"lanes": 8}, {"lanes": 8, "panel_columns": NO_PANELS},
-                    {"lanes": 16}, {"lanes": 16, "panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4})
+# The default first (2 lanes, 16-column panels at K = 2^20); each lane count with its panel of one slice,
+# then wider panels and none; segment length and register budget at the default lanes.
+SEGMENTS_CONFIGS = ({}, {"lanes": 1}, {"lanes": 1, "panel_columns": 16}, {"lanes": 2, "panel_columns": 32},
+                    {"lanes": 4}, {"lanes": 4, "panel_columns": NO_PANELS}, {"lanes": 8},
+                    {"lanes": 2, "panel_columns": NO_PANELS}, {"segment_pieces": 4}, {"segment_pieces": 16},
+                    {"min_blocks_per_sm": 4}, {"out_dtype": "float16"}, {"lanes": 1, "out_dtype": "float16"})
 
 
 def part_segments(timer) -> list[dict]:
     """The segment kernel's knobs (SEGMENTS_CONFIGS) on the scattered 2^20-row matrices, with the row kernel
     and cuSPARSE for scale."""
-    specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform", "replica"))}
+    specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform"))}
     rows = []
     for label in SEGMENTS_MATRICES:
         built = specs[label].build()
-        matrix = built.matrix if isinstance(built, suites.LoadedMatrix) else built
-        case = Case(f"{label}/N=128", sp.csr_matrix(matrix), 128)
-        rows.append(time_cusparse(case, timer))
-        rows.append(time_operator(case, timer, format="csr"))
-        for config in SEGMENTS_CONFIGS:
-            rows.append(time_operator(case, timer, format="csr", kernel="segments", **config))
-        del case
-        gpu.import_torch().cuda.empty_cache()
+        matrix = sp.csr_matrix(built.matrix if isinstance(built, suites.LoadedMatrix) else built)
+        for N in SEGMENTS_N:
+            case = Case(f"{label}/N={N}", matrix, N)
+            rows.append(time_cusparse(case, timer))
+            rows.append(time_operator(case, timer, format="csr"))
+            for config in SEGMENTS_CONFIGS:
+                config = dict(config)
+                out_dtype = config.pop("out_dtype", "float32")
+                rows.append(time_operator(case, timer, out_dtype=out_dtype, format="csr", kernel="segments", **config))
+            del case
+            gpu.import_torch().cuda.empty_cache()
     print_rows("CSR segment kernel: segment length, rows per warp, L2 panels, registers (row kernel, cuSPARSE)", rows)
     return rows
 
 
-PARTS = {"bcsr": part_bcsr, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
+RASTER_LAYERS = ("down", "q", "k", "gate")
+RASTER_TOKENS = 65536
+RASTER_GROUPS = (256, 512, 768, 1024, 2048)       # tokens per rasterization group (multiples of the 256-wide tile)
+RASTER_CHECK_FEATURES = 16                        # output features of Y checked against float64
+
+
+def part_raster(timer) -> list[dict]:
+    """Y = X Wᵀ per Qwen layer at 64K tokens (fp16 X and Y), the rasterization group swept: which group
+    keeps the slice of X a group reads in L2 (the time; ncu's L2 hit rate is a separate run)."""
+    import nbspmm
+
+    torch = gpu.import_torch()
+    timer = gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
+                                            host_gpu_budget_s=0.1))
+    rows = []
+    g = torch.Generator(device="cuda")
+    g.manual_seed(0)
+    for layer in RASTER_LAYERS:
+        m, k = suites.LLM_LAYERS[layer]
+        A = suites.block_sparse(m, k, 0.9, seed=1).tocsr()
+        X = torch.randn(RASTER_TOKENS, k, device="cuda", generator=g).half()
+        Y = torch.full((RASTER_TOKENS, m), float("nan"), device="cuda", dtype=torch.float16)
+        features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
+        W16 = A[features].toarray().astype(np.float16).astype(np.float64)
+        reference = (X.double() @ torch.as_tensor(W16, device="cuda").T).cpu().numpy()
+        for group_columns in RASTER_GROUPS:
+            op = nbspmm.SpMMOperator(A, format="bcsr", dtype=np.float16, out_dtype=np.float16,
+                                     group_columns=group_columns)
+            Y.fill_(float("nan"))
+            op.linear(X, out=Y)
+            err = rel_error(Y[:, torch.as_tensor(features, device="cuda")].double().cpu().numpy(), reference)
+            row = {"case": f"qwen-{layer}-{m}x{k}/T={RASTER_TOKENS}", "N": RASTER_TOKENS,
+                   "options": {"group_columns": group_columns, "slice_MB": round(k * group_columns * 2 / 2**20, 1)},
+                   "out_dtype": "float16", "kernel": op.kernel, "rel_error": err}
+            if not err < BOUND["float16"]:
+                row["status"] = f"WRONG (rel error {err:.2e})"
+            else:
+                stats = timer.measure(lambda i: op.linear(X, out=Y), 1)
+                row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"],
+                           tflops_useful=2.0 * A.nnz * RASTER_TOKENS / (stats["median_us"] * 1e-6) / 1e12)
+                print(f"  {row['case']} group {group_columns}: {row['median_us']:.1f} us "
+                      f"({row['tflops_useful']:.0f} TFLOP/s)", flush=True)
+            rows.append(row)
+        del X, Y
+        torch.cuda.empty_cache()
+    print_rows("Rasterization group, nn.Linear orientation, 64K tokens", rows,
+               lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")
+    return rows
+
+
+PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32}
 
 

@@ -77,12 +77,15 @@ def test_panel_order_visits_every_block_once():
 
 def test_lanes_and_panels_follow_n_and_l2():
     assert [segments.default_lanes(4096, n, 2) for n in (1, 32, 33, 64, 65, 128, 129, 256, 4096)] == \
-        [4, 4, 8, 8, 16, 16, 32, 32, 32]
-    # K = 2^20 fp16: 2 MB per column, no slice fits 50 MB; the narrowest (32 columns) is taken.
-    assert segments.default_lanes(2**20, 128, 2) == 4
+        [1, 4, 8, 8, 16, 16, 32, 32, 32]
+    # K = 2^20 fp16: 2 MB per column; a 16-column slice (2 lanes, 32 MB) is the widest that fits 50 MB.
+    assert segments.default_lanes(2**20, 128, 2) == 2
+    assert segments.default_lanes(2**22, 128, 2) == 1               # no slice fits: the narrowest (8 columns)
     assert segments.default_lanes(2**18, 256, 2) == 8               # 64 columns × 512 KB = 32 MB
     blocks, item_blocks, per_panel, n_slices = segments.grid_shape(1000, 2**20, 128, 4, 2)
     assert (item_blocks, per_panel, n_slices) == (16, 1, 4) and blocks == 64   # 64 segments per block
+    blocks, item_blocks, per_panel, n_slices = segments.grid_shape(1000, 2**20, 128, 2, 2)
+    assert (item_blocks, per_panel, n_slices) == (8, 1, 8) and blocks == 64    # 128 segments per block
     assert segments.grid_shape(1000, 4096, 256, 8, 2)[2:] == (4, 4)           # all of B fits: one panel
     assert segments.grid_shape(10, 4096, 256, 8, 2, panel_columns=130)[2:] == (2, 4)
 
@@ -131,7 +134,8 @@ def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None):
 @pytest.mark.parametrize("name", ["arrow", "ragged"])
 @pytest.mark.parametrize("N,lanes,vector,panel_columns", [(64, 8, True, None), (128, 4, True, 64), (256, 16, True, 128),
                                                          (7, 4, False, None), (130, 8, False, 64), (1, 4, False, None),
-                                                         (136, 32, True, None)])
+                                                         (136, 32, True, None), (128, 2, True, None),
+                                                         (40, 1, True, 16), (23, 2, False, None)])
 def test_emulated_kernel_matches_scipy(name, N, lanes, vector, panel_columns):
     A = MATRICES[name]
     plan = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=3)
@@ -147,7 +151,8 @@ def test_emulated_kernel_matches_scipy(name, N, lanes, vector, panel_columns):
 
 
 @pytest.mark.parametrize("in_kind,out_kind,lanes", [("f16", "f32", 16), ("bf16", "bf16", 16), ("f16", "f16", 4),
-                                                     ("f16", "f32", 32), ("bf16", "f32", 8)])
+                                                     ("f16", "f32", 32), ("bf16", "f32", 8), ("f16", "f32", 2),
+                                                     ("f16", "f16", 1)])
 def test_sass_16_byte_loads_all_in_flight(in_kind, out_kind, lanes):
     from ptx_snippets.inspect import inspect_kernel, instructions
 

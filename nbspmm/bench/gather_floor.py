@@ -106,9 +106,9 @@ def parse_hit_rate(text: str) -> tuple[tuple[str, str], float]:
     return (case, candidate), rate
 
 
-def run_one_product(label: str, N: int, kernel: str, repeats: int) -> None:
-    """Build the paper-scale matrix `label` and run `repeats` products with `kernel` of format csr (for a
-    profiler wrapped around this process)."""
+def run_one_product(label: str, N: int, kernel: str, repeats: int, options: dict | None = None) -> None:
+    """Build the paper-scale matrix `label` and run `repeats` products with `kernel` of format csr and the
+    kernel options `options` (e.g. lanes, panel_columns), for a profiler wrapped around this process."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -121,7 +121,8 @@ def run_one_product(label: str, N: int, kernel: str, repeats: int) -> None:
     torch = gpu.import_torch()
     B = torch.randn(A.shape[1], N, device="cuda").half()
     C = torch.empty(A.shape[0], N, device="cuda")
-    product = nbspmm.SpMMOperator(A, format="csr", kernel=kernel, dtype=np.float16, experimental=True).bind(B, C)
+    product = nbspmm.SpMMOperator(A, format="csr", kernel=kernel, dtype=np.float16, experimental=True,
+                                 **(options or {})).bind(B, C)
     for _ in range(repeats):
         product()
     torch.cuda.synchronize()
@@ -136,9 +137,17 @@ def main(argv=None) -> int:
     parser.add_argument("--N", type=int, default=128)
     parser.add_argument("--kernel", default="segments", help="csr kernel for --run (default segments)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=INT",
+                        help="a kernel option for --run (repeatable), e.g. lanes=2")
     args = parser.parse_args(argv)
     if args.run:
-        run_one_product(args.run, args.N, args.kernel, args.repeats)
+        options = {}
+        for text in args.option:
+            key, _, value = text.partition("=")
+            if not key or not value.lstrip("-").isdigit():
+                parser.error(f"--option takes KEY=INT, got {text!r}")
+            options[key] = int(value)
+        run_one_product(args.run, args.N, args.kernel, args.repeats, options)
         return 0
     if not args.results:
         parser.error("name a RESULTS.json (or --run LABEL)")

@@ -17,8 +17,8 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   (or write) the 8 values one by one.
 * **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
   grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
-  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
-  columns) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
+  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 8
+  columns, one lane) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
 
 Not measured yet: which of these pay, and by how much (``scripts/tune.py segments``).
 """
@@ -53,8 +53,10 @@ THREADS = 256                     # 8 warps per thread block
 # FFMA (python -m nbspmm sass csr-segments); scripts/tune.py segments measures both.
 MIN_BLOCKS_PER_SM = 3
 LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
-# Lanes per segment: 4 lanes cover 32 columns ... a warp 256 (rows per warp: 8, 4, 2, 1).
-LANE_GROUPS = (4, 8, 16, WARP)
+# Lanes per segment: 1 lane covers 8 columns (one 16-byte load per nonzero), 2 lanes 16 (one 32-byte
+# sector of a B row), 4 lanes 32 ... a warp 256 (segments per warp: 32, 16, 8, 4, 2, 1). The narrow
+# groups exist for the L2 panels: at K = 2^20 rows of fp16, only a slice of 16 columns (32 MB) fits L2.
+LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
 SEGMENT_PIECES = 8                # pieces per segment: at most 32 nonzeros
 L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
 # Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
@@ -278,7 +280,7 @@ def whole_aligned_octets(matrix) -> bool:
 
 def default_lanes(K: int, N: int, itemsize: int) -> int:
     """Lanes per segment: as few as cover N's octets, fewer while a slice of B (K rows × lanes · 8
-    columns) would not fit L2 — down to 4 lanes (32 columns)."""
+    columns) would not fit L2 — down to 1 lane (8 columns)."""
     covering = next((lanes for lanes in LANE_GROUPS if N <= lanes * OCTET), WARP)
     fitting = [lanes for lanes in LANE_GROUPS if K * lanes * OCTET * itemsize <= L2_BYTES]
     return min(covering, max(fitting, default=LANE_GROUPS[0]))

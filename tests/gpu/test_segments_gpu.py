@@ -106,8 +106,9 @@ def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N):
 
 
 @pytest.mark.parametrize("options", [{"segment_pieces": 1}, {"segment_pieces": 3}, {"segment_pieces": 32},
-                                     {"lanes": 4}, {"lanes": 8}, {"lanes": 16}, {"lanes": 32},
+                                     {"lanes": 1}, {"lanes": 2}, {"lanes": 4}, {"lanes": 8}, {"lanes": 16}, {"lanes": 32},
                                      {"lanes": 4, "panel_columns": 32}, {"lanes": 8, "panel_columns": 100},
+                                     {"lanes": 2, "panel_columns": 16}, {"lanes": 1, "panel_columns": 40},
                                      {"panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4}], ids=str)
 def test_tuning_knobs(options):
     """Every configuration scripts/tune.py segments measures computes the same product, at 16-byte loads
