@@ -77,10 +77,9 @@ def test_panel_order_visits_every_block_once():
 
 def test_lanes_and_panels_follow_n_and_l2():
     assert [segments.default_lanes(4096, n, 2) for n in (1, 32, 33, 64, 65, 128, 129, 256, 4096)] == \
-        [1, 4, 8, 8, 16, 16, 32, 32, 32]
-    # K = 2^20 fp16: 2 MB per column; a 16-column slice (2 lanes, 32 MB) is the widest that fits 50 MB.
-    assert segments.default_lanes(2**20, 128, 2) == 2
-    assert segments.default_lanes(2**22, 128, 2) == 1               # no slice fits: the narrowest (8 columns)
+        [4, 4, 8, 8, 16, 16, 32, 32, 32]
+    # K = 2^20 fp16: 2 MB per column; no slice of the default groups fits 50 MB: the narrowest (32 columns).
+    assert segments.default_lanes(2**20, 128, 2) == segments.NARROWEST_DEFAULT_LANES == 4
     assert segments.default_lanes(2**18, 256, 2) == 8               # 64 columns × 512 KB = 32 MB
     blocks, item_blocks, per_panel, n_slices = segments.grid_shape(1000, 2**20, 128, 4, 2)
     assert (item_blocks, per_panel, n_slices) == (16, 1, 4) and blocks == 64   # 64 segments per block

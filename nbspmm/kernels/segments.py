@@ -17,8 +17,8 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   (or write) the 8 values one by one.
 * **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
   grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
-  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 8
-  columns, one lane) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
+  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
+  columns; 16 and 8 when asked for) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
 
 Not measured yet: which of these pay, and by how much (``scripts/tune.py segments``).
 """
@@ -57,6 +57,10 @@ LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
 # sector of a B row), 4 lanes 32 ... a warp 256 (segments per warp: 32, 16, 8, 4, 2, 1). The narrow
 # groups exist for the L2 panels: at K = 2^20 rows of fp16, only a slice of 16 columns (32 MB) fits L2.
 LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
+# The narrowest group the default takes: the 1- and 2-lane groups are built and tested but not yet timed
+# against 4 lanes on a GPU (scripts/tune.py segments), and format="auto"'s cost model was fitted on runs
+# whose narrowest default was 4 lanes. Lower it only with a measurement that says so.
+NARROWEST_DEFAULT_LANES = 4
 SEGMENT_PIECES = 8                # pieces per segment: at most 32 nonzeros
 L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
 # Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
@@ -280,10 +284,11 @@ def whole_aligned_octets(matrix) -> bool:
 
 def default_lanes(K: int, N: int, itemsize: int) -> int:
     """Lanes per segment: as few as cover N's octets, fewer while a slice of B (K rows × lanes · 8
-    columns) would not fit L2 — down to 1 lane (8 columns)."""
-    covering = next((lanes for lanes in LANE_GROUPS if N <= lanes * OCTET), WARP)
-    fitting = [lanes for lanes in LANE_GROUPS if K * lanes * OCTET * itemsize <= L2_BYTES]
-    return min(covering, max(fitting, default=LANE_GROUPS[0]))
+    columns) would not fit L2 — down to NARROWEST_DEFAULT_LANES (narrower ones only when asked for)."""
+    groups = [lanes for lanes in LANE_GROUPS if lanes >= NARROWEST_DEFAULT_LANES]
+    covering = next((lanes for lanes in groups if N <= lanes * OCTET), WARP)
+    fitting = [lanes for lanes in groups if K * lanes * OCTET * itemsize <= L2_BYTES]
+    return min(covering, max(fitting, default=groups[0]))
 
 
 def grid_shape(n_segments: int, K: int, N: int, lanes: int, itemsize: int, panel_columns: int | None = None):
