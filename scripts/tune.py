@@ -367,12 +367,13 @@ def part_rows(timer) -> list[dict]:
 SEGMENTS_MATRICES = ("rmat-s20-8.4M", "uniform-1048576x1048576-8.4M")
 SEGMENTS_N = (64, 128, 256)
 NO_PANELS = 1 << 30                  # one panel of every column: slices side by side, as the row kernel
-# The default first (2 lanes, 16-column panels at K = 2^20); each lane count with its panel of one slice,
-# then wider panels and none; segment length and register budget at the default lanes.
-SEGMENTS_CONFIGS = ({}, {"lanes": 1}, {"lanes": 1, "panel_columns": 16}, {"lanes": 2, "panel_columns": 32},
-                    {"lanes": 4}, {"lanes": 4, "panel_columns": NO_PANELS}, {"lanes": 8},
-                    {"lanes": 2, "panel_columns": NO_PANELS}, {"segment_pieces": 4}, {"segment_pieces": 16},
-                    {"min_blocks_per_sm": 4}, {"out_dtype": "float16"}, {"lanes": 1, "out_dtype": "float16"})
+# The default first (4 lanes: one 32-column slice, which at K = 2^20 fp16 is 64 MB, past L2), then the
+# narrow groups whose slice fits L2 (2 lanes: 16 columns, 32 MB; 1 lane: 8 columns), each with its own
+# panel, a wider panel and none; segment length, register budget, 16-bit output.
+SEGMENTS_CONFIGS = ({}, {"lanes": 1}, {"lanes": 2}, {"lanes": 2, "panel_columns": 32},
+                    {"lanes": 2, "panel_columns": NO_PANELS}, {"lanes": 4, "panel_columns": NO_PANELS},
+                    {"lanes": 8}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"lanes": 2, "segment_pieces": 16},
+                    {"min_blocks_per_sm": 4}, {"out_dtype": "float16"}, {"lanes": 2, "out_dtype": "float16"})
 
 
 def part_segments(timer) -> list[dict]:
