@@ -77,16 +77,20 @@ def block_count(rows: np.ndarray, cols: np.ndarray, k: int, block_shape=(64, 64)
     return int(_unique_sorted(rows // bm * ceil_div(k, bk) + cols // bk).size)
 
 
+def window_columns(rows: np.ndarray, cols: np.ndarray, k: int, window_rows=64) -> tuple[np.ndarray, np.ndarray]:
+    """(windows, distinct columns of each) of the entries (rows, cols) grouped into windows of
+    ``window_rows`` rows: the windows that hold an entry, ascending, and how many columns each holds."""
+    keys = _unique_sorted(rows // window_rows * max(k, 1) + cols)
+    windows = keys // max(k, 1)
+    starts = np.flatnonzero(np.concatenate(([True], windows[1:] != windows[:-1]))) if keys.size else keys
+    return windows[starts], np.diff(np.append(starts, windows.size))
+
+
 def window_tiles(rows: np.ndarray, cols: np.ndarray, k: int, window_rows=64, tile_cols=16) -> tuple[int, int]:
     """(condensed columns, tiles) of the entries (rows, cols) grouped into windows of ``window_rows``
     rows: each window's distinct columns, ceil(columns / tile_cols) tiles per window."""
-    keys = _unique_sorted(rows // window_rows * max(k, 1) + cols)
-    if keys.size == 0:
-        return 0, 0
-    windows = keys // max(k, 1)
-    starts = np.flatnonzero(np.concatenate(([True], windows[1:] != windows[:-1])))
-    columns_per_window = np.diff(np.append(starts, windows.size))
-    return int(keys.size), int(np.sum(-(-columns_per_window // tile_cols)))
+    _, columns_per_window = window_columns(rows, cols, k, window_rows)
+    return int(columns_per_window.sum()), int(np.sum(-(-columns_per_window // tile_cols)))
 
 
 def bcsr_blocks(A, block_shape=(64, 64)) -> int:

@@ -30,10 +30,10 @@ import numpy as np
 import scipy.sparse as sp
 
 import formats
-from nbspmm.choose import choose_format
+from nbspmm.choose import choose_format, routing_threshold
 from nbspmm import memory, nonfinite as nonfinite_values
 from nbspmm.device import require_hopper
-from nbspmm.kernels import registry   # the kernel modules it loads compile nothing on import
+from nbspmm.kernels import registry, routed   # the kernel modules they load compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
 from nbspmm import interop     # the caller's framework and stream (imports no torch)
@@ -42,7 +42,9 @@ from nbspmm import interop     # the caller's framework and stream (imports no t
 # returns an object with `.name`, `.launch(B, C)` and `.bind(B, C)` (B, C: DeviceMatrix views). Derived
 # from the kernel registry (each kernel module registers its variants with their format and prepare; the
 # default variant first, the CUDA-core baseline, which serves both formats, last).
-KERNELS = {format_name: registry.products(format_name) for format_name in ("bcsr", "wcsr", "csr")}
+# "routed" is no kernel of its own: the WCSR pipeline and a CSR kernel composed (nbspmm.kernels.routed).
+KERNELS = {**{format_name: registry.products(format_name) for format_name in ("bcsr", "wcsr", "csr")},
+           "routed": routed.products()}
 FORMATS = tuple(KERNELS)
 # Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
 # experimental=True, so that nobody runs them by accident. The ping-pong schedules (ordered turns), the
@@ -53,7 +55,11 @@ FORMATS = tuple(KERNELS)
 UNVERIFIED: dict[tuple[str, str], str] = {
     ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) is correct on the GPU but not yet "
                          "timed on the cost model's suite",
+    **{("routed", variant): "the routed product (nbspmm.kernels.routed: WCSR on the dense windows, a CSR kernel "
+                            "on the rest, into one C) has not yet run on a GPU" for variant in routed.VARIANTS},
 }
+# Keyword options a composed product sets on its parts' kernels itself (SpMMOperator refuses them).
+COMPOSER_OPTIONS = ("output_rows",)
 # The nn.Linear orientation (``SpMMOperator.linear``) of the BCSR pipelines: a reason string while it has
 # not passed the GPU suite (then it needs experimental=True); None once it has — its 74 GPU tests and the
 # compute-sanitizer runs of every variant passed (H100, 2026-12-05, commit 2564266).
@@ -95,8 +101,8 @@ def _reorder_note(reorder: str, choice, order) -> str:
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None):
     """(format name, built format, the auto Choice or None, the formats.reorder.RowOrder or None)."""
-    if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR)):
-        given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr"}[type(A)]
+    if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR, formats.Routed)):
+        given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr", formats.Routed: "routed"}[type(A)]
         if fmt not in ("auto", given):
             raise ValueError(f"A is already a {given.upper()} but format={fmt!r} was asked for")
         if dtype is not None and np.dtype(dtype) != np.dtype(A.dtype):
@@ -109,6 +115,10 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_col
     dtype = np.float16 if dtype is None else dtype
     if fmt == "bcsr":
         return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None, None
+    if fmt == "routed":   # windows past the cost model's break-even fill to tensor cores, the rest to CUDA cores
+        threshold = routing_threshold(n_cols)
+        return "routed", formats.Routed.from_scipy(A, min_tile_nonzeros=threshold, window_rows=window_rows,
+                                                   tile_cols=tile_cols, dtype=dtype), None, None
     if fmt in ROW_ORDER_FORMATS:
         if sp.issparse(A) and reorder is not None:
             formats.check_sparse_input(A)     # before the ordering reads A's indices
@@ -142,7 +152,9 @@ class SpMMOperator:
 
     Parameters: ``format`` "auto" (the kernel ``nbspmm.choose_format`` predicts fastest for B of ``n_cols``
     columns, default ``nbspmm.choose.DEFAULT_N_COLS``; its Choice, with ``.explain()``, is ``op.choice``)
-    | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices); ``kernel`` a kernel name of that format
+    | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices) | "routed" (``formats.Routed``: the windows
+    whose WCSR tiles hold at least ``nbspmm.choose.routing_threshold(n_cols)`` nonzeros on tensor cores,
+    the other rows on CUDA cores, one C; experimental); ``kernel`` a kernel name of that format
     (see ``KERNELS``; default: the first listed, or the auto choice's);
     ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
     (default), or the input dtype;
@@ -184,6 +196,9 @@ class SpMMOperator:
         if kernel not in variants:
             raise ValueError(f"no kernel {kernel!r} for format {self.format_name!r}; "
                              f"known: {', '.join(variants)}")
+        reserved = sorted(set(kernel_options) & set(COMPOSER_OPTIONS))
+        if reserved:
+            raise TypeError(f"{', '.join(reserved)} is set by a composed product on its parts, not an operator option")
         if (self.format_name, kernel) in UNVERIFIED and not experimental:
             raise ValueError(f"kernel {kernel!r} ({self.format_name}) is experimental: "
                              f"{UNVERIFIED[self.format_name, kernel]}. Pass experimental=True to use it anyway")

@@ -18,6 +18,7 @@ Dense cuBLAS is reported when the model has data for it but never chosen: the op
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -188,6 +189,25 @@ def predict_us(model: dict, candidate: Candidate, counts: Counts, n_cols: int) -
 def load_model(path: str | Path = MODEL_FILE) -> dict:
     """The fitted cost model (``scripts/fit_cost_model.py`` writes it)."""
     return json.loads(Path(path).read_text())
+
+
+def routing_threshold(n_cols: int | None = None, core: str = "csr-rows", model: dict | None = None) -> float:
+    """Nonzeros per 64 × 16 WCSR tile above which a row window is cheaper on tensor cores than on the
+    CUDA-core kernel ``core``, by the fitted model: one more tile's predicted time (its gathered B rows
+    and its A tile) over one more nonzero's (its B row and its index and value). The ``formats.Routed``
+    threshold of ``SpMMOperator(A, format="routed")``."""
+    n_cols = DEFAULT_N_COLS if n_cols is None else int(n_cols)
+    model = load_model() if model is None else model
+    nothing = Counts(m=0, k=0, nnz=0, bcsr_blocks=0, wcsr_tiles=0, swapped_tiles=0, max_row_nnz=0, pieces=0)
+    one_tile = dataclasses.replace(nothing, wcsr_tiles=1)
+    one_piece = dataclasses.replace(nothing, nnz=segment_kernel.GROUP, pieces=1)   # GROUP nonzeros of one row
+    wcsr_model, core_model = CANDIDATE["wcsr"], CANDIDATE[core]
+    per_tile = predict_us(model, wcsr_model, one_tile, n_cols) - predict_us(model, wcsr_model, nothing, n_cols)
+    per_nonzero = (predict_us(model, core_model, one_piece, n_cols)
+                   - predict_us(model, core_model, nothing, n_cols)) / segment_kernel.GROUP
+    if not per_nonzero > 0:
+        raise ValueError(f"the cost model gives {core} no cost per nonzero: it cannot route")
+    return per_tile / per_nonzero
 
 
 # ---------------------------------------------------------------- the choice

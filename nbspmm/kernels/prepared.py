@@ -67,6 +67,18 @@ class SparseOperand:
     out_rows: np.ndarray | None = None
 
 
+def check_output_rows(rows, n_stored: int) -> np.ndarray:
+    """A row map given to a part's ``prepare`` (``output_rows=``): int32, one distinct non-negative row of C
+    per stored row. That those rows lie inside C is its composer's promise (``nbspmm.kernels.routed``
+    builds them from a ``formats.Routed``, whose check_format proves they partition C's rows)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int32)
+    if rows.shape != (n_stored,):
+        raise ValueError(f"output_rows must have one entry per stored row ({n_stored}); got shape {rows.shape}")
+    if rows.size and (rows.min() < 0 or np.unique(rows).size != rows.size):
+        raise ValueError("output_rows must be distinct non-negative rows of C")
+    return rows
+
+
 # ---- element-wise helper kernels (1-D grids, one thread per element) ---------------------------
 
 def _copy_padded(src, dst):
@@ -271,6 +283,14 @@ class BoundProduct:
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
         self._graph = None
         self._launched = False           # the first call launches directly; later ones replay the graph
+
+    @classmethod
+    def chain(cls, products) -> "BoundProduct":
+        """One product of several, their launches in order (a composed product: nbspmm.kernels.routed);
+        its configuration is the first part's that has one."""
+        steps = [step for product in products for step in product._steps]
+        keep_alive = [product._keep_alive for product in products]
+        return cls(steps, keep_alive, next((product.cfg for product in products if product.cfg is not None), None))
 
     @property
     def n_kernels(self) -> int:

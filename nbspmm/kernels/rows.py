@@ -47,6 +47,7 @@ from numba import cuda, float32, uint16, uint64
 import formats
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.pipeline.config import WARP
+from nbspmm.kernels.prepared import check_output_rows
 from nbspmm.kernels.registry import KernelSpec, register
 
 QUAD = 4                          # consecutive columns of C per lane: one 8-byte load of 16-bit B values
@@ -308,11 +309,13 @@ class PreparedRows:
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
             max_nonzeros: int | None | str = "auto", unroll: int = UNROLL,
-            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, words: bool = True) -> PreparedRows:
+            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, words: bool = True, output_rows=None) -> PreparedRows:
     """``max_nonzeros``: nonzeros per work item at most ("auto": MAX_ITEM_NONZEROS with an fp32 output,
     no cut with a 16-bit one; None: never cut; an int: cut there, fp32 output only). ``unroll`` (B loads
     in flight per lane), ``min_blocks_per_sm`` (the register budget) and ``words`` (8-byte loads of B
-    where its layout allows) are the kernel's tuning knobs, defaults from measurement."""
+    where its layout allows) are the kernel's tuning knobs, defaults from measurement. ``output_rows``
+    (int32, one entry per stored row): the rows of a taller C the stored rows are written to (a routed
+    product's CUDA-core part, ``nbspmm.kernels.routed``); None: the CSR's own (``fmt.output_rows``)."""
     if not (isinstance(unroll, int) and 1 <= unroll <= 32):
         raise ValueError(f"unroll must be an integer in 1 ... 32, got {unroll!r}")
     if not (isinstance(min_blocks_per_sm, int) and 1 <= min_blocks_per_sm <= 8):
@@ -327,7 +330,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "rows",
     stored_row, begin, end, shared = work_items(np.asarray(fmt.indptr), max_nonzeros)
     # An item writes its stored row's own row of C: a reordered CSR (fmt.row_order) comes back in A's
     # row order with no extra pass, the kernel unchanged.
-    items = (np.ascontiguousarray(fmt.output_rows[stored_row]), begin, end, shared)
+    rows_of_c = fmt.output_rows if output_rows is None else check_output_rows(output_rows, fmt.shape[0])
+    items = (np.ascontiguousarray(rows_of_c[stored_row]), begin, end, shared)
     cut = np.unique(items[0][shared != 0]).astype(np.int32)
     # An empty matrix still gets one (unread) entry, so that every argument is a real device array.
     indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)

@@ -38,6 +38,7 @@ import formats
 from formats.segments import ADD, KEEP, segment_plan
 from nbspmm.kernels import rows
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
+from nbspmm.kernels.prepared import check_output_rows
 from nbspmm.kernels.registry import KernelSpec, register
 
 WARP = rows.WARP
@@ -368,10 +369,12 @@ def device_plan(plan) -> tuple:
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
-            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM) -> PreparedSegments:
+            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
-    over segments only with an fp32 output (their sums meet in fp32 atomics)."""
+    over segments only with an fp32 output (their sums meet in fp32 atomics). ``output_rows`` (int32, one
+    entry per stored row): the rows of a taller C the stored rows are written to (a routed product's
+    CUDA-core part, ``nbspmm.kernels.routed``); None: the CSR's own row order, or none."""
     if not isinstance(fmt, formats.CSR):
         raise TypeError(f"the segment kernel takes a formats.CSR; got {type(fmt).__name__}")
     if lanes is not None and lanes not in LANE_GROUPS:
@@ -379,7 +382,9 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
-                        split_rows=out_kind == "f32", output_rows=fmt.row_order)
+                        split_rows=out_kind == "f32",
+                        output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
+                                                                                                fmt.shape[0]))
     indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
     data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731

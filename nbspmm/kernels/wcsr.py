@@ -36,7 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 import formats
-from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, one_wave_max_tiles
+from nbspmm.kernels.prepared import PreparedPipeline, SparseOperand, check_output_rows, one_wave_max_tiles
 from nbspmm.kernels.registry import KernelSpec, register
 from nbspmm.kernels.pipeline import (BLOCK_M, SWAPPED_UNIT_ROWS, PipelineConfig, build_kernel_function, fit_stages,
                                      kernel_signature)
@@ -70,9 +70,10 @@ MIN_SPLIT_TILES = 4
 MIN_SPLIT_EXCESS_TILES = 12
 
 
-def operand(fmt: formats.WCSR, max_tiles: int | None, window_rows=(BLOCK_M,)) -> SparseOperand:
+def operand(fmt: formats.WCSR, max_tiles: int | None, window_rows=(BLOCK_M,), output_rows=None) -> SparseOperand:
     """The pipeline's view of a WCSR: its tiles stacked as rows, KT condensed columns per tile.
-    `window_rows`: the window heights the chosen kernel takes."""
+    `window_rows`: the window heights the chosen kernel takes; `output_rows`: the row of C each stored row
+    is written to (None: the WCSR's own row order, if any)."""
     if fmt.window_rows not in window_rows or fmt.tile_cols not in TILE_COLS:
         raise ValueError(f"this WCSR kernel takes windows of {', '.join(map(str, window_rows))} rows and tiles of "
                          f"{', '.join(map(str, TILE_COLS))} columns; got window_rows={fmt.window_rows}, "
@@ -81,7 +82,8 @@ def operand(fmt: formats.WCSR, max_tiles: int | None, window_rows=(BLOCK_M,)) ->
     values = np.asarray(fmt.tiles).view(np.uint16).reshape(-1, fmt.tile_cols)
     col_index = np.asarray(fmt.tile_col_index, dtype=np.int32)
     return SparseOperand("wcsr", tuple(fmt.shape), fmt.tile_cols, True, values, col_index,
-                         formats.split_plan(fmt, max_tiles=max_tiles), out_rows=fmt.row_order)
+                         formats.split_plan(fmt, max_tiles=max_tiles),
+                         out_rows=fmt.row_order if output_rows is None else output_rows)
 
 
 def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic") -> int | None:
@@ -90,14 +92,18 @@ def default_max_tiles(fmt: formats.WCSR, out_kind: str, combine: str = "atomic")
 
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles: int | str | None = "auto",
-            **overrides) -> PreparedPipeline:
+            output_rows=None, **overrides) -> PreparedPipeline:
     """The API's entry point. ``max_tiles``: "auto" (default_max_tiles), None (never split) or an int;
-    config fields (combine, schedule, stages, ...) may be overridden."""
+    config fields (combine, schedule, stages, ...) may be overridden. ``output_rows`` (int32, one entry per
+    stored row): the rows of a taller C the stored rows are written to — a routed product's tensor-core
+    part (``nbspmm.kernels.routed``); None: the WCSR's own row order, or none."""
     if not isinstance(fmt, formats.WCSR):
         raise TypeError(f"the WCSR kernels take a formats.WCSR; got {type(fmt).__name__}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown WCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
-    if fmt.row_order is not None:
+    if output_rows is not None:
+        output_rows = check_output_rows(output_rows, fmt.shape[0])
+    if fmt.row_order is not None or output_rows is not None:
         base = VARIANTS[variant]
         if base.swapped or base.epilogue == "tma":
             raise ValueError(f"WCSR variant {variant!r} cannot write rows through a row order (its stores cover "
@@ -112,7 +118,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "ws", max_tiles:
     one_stage = replace(VARIANTS[variant], block_k=fmt.tile_cols, stages=1, in_kind=in_kind, out_kind=out_kind,
                         **overrides)
     cfg = fit_stages(one_stage, stages)
-    return PreparedPipeline(operand(fmt, max_tiles, SWAPPED_UNIT_ROWS if cfg.swapped else (BLOCK_M,)), cfg)
+    return PreparedPipeline(operand(fmt, max_tiles, SWAPPED_UNIT_ROWS if cfg.swapped else (BLOCK_M,), output_rows),
+                            cfg)
 
 
 for _name, _cfg in VARIANTS.items():
