@@ -138,4 +138,4 @@ def test_the_operator_refuses_before_it_needs_a_gpu():
         nbspmm.SpMMOperator(A, format="csr", output_rows=np.arange(300))
     with pytest.raises(ValueError, match="reorder"):
         nbspmm.SpMMOperator(A, format="routed", reorder="rcm", experimental=True)
-    assert set(api.KERNELS["routed"]) == {"ws+rows", "ws+segments"}
+    assert set(api.KERNELS["routed"]) == {"rows", "segments"}

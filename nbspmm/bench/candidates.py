@@ -103,13 +103,14 @@ NBSPMM_FORMATS = {
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
     "csr-rcm": {"format": "csr", "reorder": "rcm"},       # rows walked in RCM order (formats.reorder)
     "wcsr-rcm": {"format": "wcsr", "reorder": "rcm"},     # windows built over the RCM order, rows mapped back
+    "routed": {"format": "routed"},                       # dense windows on WCSR, the other rows on a CSR kernel
 }
 # Names whose product is the nn.Linear orientation (``SpMMOperator.linear``), timed on X = Bᵀ and Y = Cᵀ.
 LINEAR_FORMATS = ("bcsr-linear",)
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
 NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr",
-                  "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr"}
+                  "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
@@ -213,8 +214,8 @@ class NbspmmCandidate:
         api = self._api()
         kwargs = self._operator_kwargs(api)
         out_dtype = self.out_dtype or case.dtype
-        if kwargs["format"] == "auto":
-            kwargs["n_cols"] = case.n          # the cost model's N (nbspmm.choose)
+        if kwargs["format"] in ("auto", "routed"):
+            kwargs["n_cols"] = case.n          # the cost model's N (nbspmm.choose): the pick, or the routing threshold
         try:
             op = api.SpMMOperator(case.csr(), dtype=numpy_dtype(case.dtype),
                                   out_dtype=numpy_dtype(out_dtype), **kwargs)
@@ -224,6 +225,10 @@ class NbspmmCandidate:
         note = repr(op)
         if getattr(op, "row_order", None) is not None:     # what the ordering bought, and its host time
             note += f"; reorder {op.row_order.describe()}"
+        if kwargs["format"] == "routed":                     # how the windows were split
+            stats = op.sparse.stats()
+            note += (f"; {stats.tensor_windows} windows ({stats.tensor_nnz} nonzeros) on tensor cores, "
+                     f"{stats.core_rows} rows ({stats.core_nnz}) on CUDA cores")
         return prepared(op, case, inputs, note, out_dtype)
 
 

@@ -22,10 +22,10 @@ from nbspmm.kernels.prepared import BoundCache, BoundProduct, launch_cached
 
 # variant -> (WCSR kernel of the tensor-core part, CSR kernel of the CUDA-core part, its prepare).
 VARIANTS = {
-    "ws+rows": ("ws", "rows", rows.prepare),
-    "ws+segments": ("ws", "segments", segments.prepare),
+    "rows": ("ws", "rows", rows.prepare),
+    "segments": ("ws", "segments", segments.prepare),
 }
-DEFAULT_VARIANT = "ws+rows"
+DEFAULT_VARIANT = "rows"
 
 
 @dataclass

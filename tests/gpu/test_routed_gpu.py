@@ -14,7 +14,7 @@ from tests.gpu.spmm_checks import (assert_elements_close, cast, check_product, i
                                    poisoned_output, to_host)
 
 pytestmark = pytest.mark.gpu
-VARIANTS = ["ws+rows", "ws+segments"]
+VARIANTS = ["rows", "segments"]
 WINDOW = formats.DEFAULT_WINDOW_ROWS
 SPLIT_THRESHOLD = 64          # nonzeros per tile: between the scattered (~16) and dense (~400) windows below
 
@@ -78,7 +78,7 @@ def test_split_windows_and_rows_in_both_parts(variant):
                                   "all-zero"])
 def test_irregular_shapes(name):
     A = irregular_matrices(np.random.default_rng(11))[name]
-    fmt, op = routed_operator(A, "ws+rows", threshold=32)
+    fmt, op = routed_operator(A, "rows", threshold=32)
     B = np.random.default_rng(8).standard_normal((fmt.shape[1], 72)).astype(np.float16)
     check_product(op, fmt, B, np.float32, f"routed {name}")
 
@@ -97,7 +97,7 @@ def test_repeated_calls_replay_one_graph_of_both_parts():
     the later ones replay the bound product's graph of both parts."""
     from numba import cuda
 
-    fmt, op = routed_operator(mixed(seed=4), "ws+rows")
+    fmt, op = routed_operator(mixed(seed=4), "rows")
     B = np.random.default_rng(10).standard_normal((fmt.shape[1], 64)).astype(np.float16)
     B_device = cuda.to_device(B)
     out = poisoned_output(fmt.shape[0], 64, np.float32)
