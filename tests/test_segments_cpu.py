@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from formats.segments import ADD, KEEP, STORE, matmul_plan, segment_plan
+from formats.segments import ADD, KEEP, STORE, matmul_plan, pack_pieces, segment_plan
 from nbspmm.kernels import segments
 from nbspmm.teach import scattered
 
@@ -89,12 +89,32 @@ def test_lanes_and_panels_follow_n_and_l2():
     assert segments.grid_shape(10, 4096, 256, 8, 2, panel_columns=130)[2:] == (2, 4)
 
 
-def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None):
+def packed_fetch(plan, indices, data):
+    """fetch(piece, begin, end) -> (columns, values) decoded from the packed pieces' words as the packed
+    fetch decodes them (shifts of the two column words and of the value word); data: float16."""
+    column_words, value_words = segments.device_packed_pieces(plan, indices, data)
+    shifts = np.arange(segments.GROUP)
+    slots = range(segments.GROUP)
+
+    def fetch(piece, begin, end):
+        words = column_words[piece]
+        per_word = segments.COLUMNS_PER_WORD
+        columns = np.array([(int(words[u // per_word]) >> (segments.COLUMN_BITS * (u % per_word))) & 0xFFFFFFFF
+                            for u in slots], dtype=np.int64)
+        bits = np.array([(int(value_words[piece]) >> (segments.HALF_BITS * u)) & 0xFFFF for u in slots], np.uint16)
+        values = bits.view(np.float16).astype(np.float64)
+        return columns, np.where(shifts < end - begin, values, 0.0)
+    return fetch
+
+
+def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None, packed=False):
     """C as the kernel computes it, thread by thread of its grid (NaN where nothing is written): the
-    padded pointers, the clamped fetches and their mask, the lane's 8 columns (clamped to the last
-    octet or column), flushes by piece_flush into C zeroed at the shared rows."""
+    padded pointers, the clamped fetches and their mask (or, packed, the decoded packed pieces), the
+    lane's 8 columns (clamped to the last octet or column), flushes by piece_flush into C zeroed at the
+    shared rows."""
     K, N = B.shape
     segment_piece, piece_begin, piece_row, piece_flush = segments.device_plan(plan)
+    fetch_packed = packed_fetch(plan, indices, data) if packed else None
     indices = indices if indices.size else np.zeros(1, np.int32)
     C = np.full((M, N), np.nan)
     C[plan.shared_rows] = 0.0
@@ -114,9 +134,13 @@ def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None):
             begin, end, after = piece_begin[first], piece_begin[first + 1], piece_begin[first + 2]
             for piece in range(first, segment_piece[segment + 1]):
                 nz = begin + np.arange(segments.GROUP)
-                at = np.maximum(np.minimum(nz, end - 1), 0)
-                a = np.where(nz < end, data[at], 0.0) if data.size else np.zeros(segments.GROUP)
-                b = np.where((nz < end)[:, None, None], B[indices[at]][:, read], 0.0)   # selects: never 0 · Inf
+                if packed:
+                    cols, a = fetch_packed(piece, begin, end)
+                else:
+                    at = np.maximum(np.minimum(nz, end - 1), 0)
+                    cols = indices[at]
+                    a = np.where(nz < end, data[at], 0.0) if data.size else np.zeros(segments.GROUP)
+                b = np.where((nz < end)[:, None, None], B[cols][:, read], 0.0)   # selects: never 0 · Inf
                 acc += np.einsum("u,ulc->lc", a, b)
                 if piece_flush[piece] != KEEP:
                     stored = columns < N
@@ -191,6 +215,38 @@ def test_vector_access_needs_whole_aligned_octets():
     assert not segments.whole_aligned_octets(matrix(0x1000, (10, 132)))     # whole 8-byte words, not 16-byte ones
     assert not segments.whole_aligned_octets(matrix(0x1008, (10, 128)))     # 8-byte aligned only
     assert not segments.whole_aligned_octets(DeviceMatrix(0x1000, (10, 128), (512, 2), np.dtype(np.float16)))
+
+
+@pytest.mark.parametrize("name", list(MATRICES))
+@pytest.mark.parametrize("N,lanes,vector", [(64, 8, True), (23, 2, False), (128, 1, True)])
+def test_emulated_packed_fetch_matches_the_csr_fetch(name, N, lanes, vector):
+    """The packed pieces (pack_pieces, their words as device_packed_pieces lays them out, decoded as the
+    packed fetch decodes them) give the CSR fetch's product, bit for bit, Inf rows included."""
+    A = MATRICES[name]
+    data = A.data.astype(np.float16)
+    plan = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=3)
+    B = np.random.default_rng(N).standard_normal((A.shape[1], N))
+    if A.nnz:
+        B[A.indices[0], :] = np.inf
+    csr = emulate(plan, A.shape[0], A.indices, data.astype(np.float64), B, lanes, vector)
+    packed = emulate(plan, A.shape[0], A.indices, data, B, lanes, vector, packed=True)
+    assert np.array_equal(csr, packed, equal_nan=True)
+    stored = sp.csr_array((data.astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    finite = np.isfinite(csr).all(axis=1)
+    assert np.allclose(packed[finite], (stored @ np.where(np.isinf(B), 0.0, B))[finite], rtol=1e-12, atol=1e-12)
+
+
+def test_packed_pieces_pad_with_a_valid_column_and_zero():
+    A = MATRICES["ragged"]
+    plan = segment_plan(A.indptr, group=segments.GROUP)
+    columns, values = pack_pieces(plan, A.indices, A.data.astype(np.float16))
+    count = np.diff(plan.piece_begin)
+    slot = np.arange(segments.GROUP)
+    assert columns.shape == (plan.n_pieces, segments.GROUP) and (columns >= 0).all() and (columns < A.shape[1]).all()
+    assert (values[slot >= count[:, None]] == 0).all()
+    column_words, value_words = segments.device_packed_pieces(plan, A.indices, A.data.astype(np.float16))
+    pad = segments.POINTER_PAD + 1                                # the look-ahead past the last piece
+    assert column_words.shape == (plan.n_pieces + pad, segments.WORDS_PER_LOAD) and value_words.shape == (plan.n_pieces + pad,)
 
 
 def test_registered_and_experimental():

@@ -35,7 +35,7 @@ from numba.core import cgutils
 from numba.cuda.extending import intrinsic
 
 import formats
-from formats.segments import ADD, KEEP, segment_plan
+from formats.segments import ADD, KEEP, pack_pieces, segment_plan
 from nbspmm.kernels import rows
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.prepared import check_output_rows
@@ -48,6 +48,13 @@ WORDS_PER_LOAD = VECTOR_BYTES // rows.WORD_BYTES
 VALUES_PER_WORD = OCTET // WORDS_PER_LOAD
 HALF_BITS = rows.HALF_BITS
 GROUP = 4                         # nonzeros per piece: B loads a lane issues before it multiplies
+# Packed pieces (formats.segments.pack_pieces): a piece's GROUP int32 columns are one 16-byte load (two
+# 8-byte words of two columns each) and its GROUP 16-bit values one 8-byte word.
+COLUMN_BYTES = np.dtype(np.int32).itemsize
+COLUMN_BITS = 8 * COLUMN_BYTES
+COLUMNS_PER_WORD = rows.WORD_BYTES // COLUMN_BYTES
+assert GROUP * COLUMN_BYTES == VECTOR_BYTES and GROUP * HALF_BITS == 8 * rows.WORD_BYTES, \
+    "a packed piece is one 16-byte load of columns and one 8-byte word of values"
 THREADS = 256                     # 8 warps per thread block
 # Resident blocks per SM the register budget must allow: 3 × 256 threads × 85 registers fill the 64 K
 # register file. At 4 blocks (64 registers) ptxas issues only 3 of a piece's 4 B loads before its first
@@ -143,13 +150,14 @@ _panel_position = cuda.jit(device=True, forceinline=True)(panel_position)
 
 
 def _make_fetch(in_kind: str):
-    """fetch(indices, data, begin, end, idx, val) -> count: the piece's (at most GROUP) column indices
-    and values into registers; a missing one re-reads a valid nonzero and gets the value 0."""
+    """fetch(indices, data, piece, begin, end, idx, val) -> count: the piece's (at most GROUP) column
+    indices and values (the CSR's nonzeros begin ... end - 1) into registers, one 4-byte load each; a
+    missing one re-reads a valid nonzero and gets the value 0."""
     load = make_loader(in_kind)
     zero = float32(0.0)
 
     @cuda.jit(device=True, forceinline=True)
-    def fetch(indices, data, begin, end, idx, val):
+    def fetch(indices, data, piece, begin, end, idx, val):
         for u in range(GROUP):
             nz = begin + int32(u)                       # int32 index arithmetic: half the registers
             at = max(min(nz, end - int32(1)), int32(0))   # indices holds at least one entry
@@ -158,6 +166,28 @@ def _make_fetch(in_kind: str):
             val[u] = a if nz < end else zero
         return end - begin
     return fetch
+
+
+def _make_fetch_packed(in_kind: str):
+    """The same fetch from pieces packed GROUP slots apiece (``formats.segments.pack_pieces``): a piece's
+    four columns are one 16-byte load (``indices`` as rows of two uint64 words) and its four 16-bit values
+    one 8-byte load (``data`` a uint64 per piece), where the CSR fetch issues eight 4-byte loads."""
+    widen = make_widener(in_kind)
+    zero = float32(0.0)
+    low_bits = uint64(0xFFFFFFFF)
+
+    @cuda.jit(device=True, forceinline=True)
+    def fetch_packed(indices, data, piece, begin, end, idx, val):
+        count = end - begin
+        pair = load_16_bytes(indices, piece, 0)
+        values = data[piece]
+        for u in range(GROUP):
+            idx[u] = int32(uint32((pair[u // COLUMNS_PER_WORD] >> uint64(COLUMN_BITS * (u % COLUMNS_PER_WORD)))
+                                  & low_bits))
+            a = widen(uint16(values >> uint64(HALF_BITS * u)))
+            val[u] = a if int32(u) < count else zero
+        return count
+    return fetch_packed
 
 
 @intrinsic
@@ -212,11 +242,15 @@ def _make_flush(out_kind: str, vector_store: bool):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16, vector_store: bool = True):
+def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16, vector_store: bool = True,
+                    packed: bool = False):
+    """The kernel; its roles: the B octet loader (``vector``: one 16-byte load), the piece fetch (``packed``:
+    from pack_pieces' arrays, else from the CSR's), the flush (``vector_store``)."""
     if lanes not in LANE_GROUPS:
         raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
     load_octet, unpack = _make_octet_loader(vector), _make_unpack(in_kind)
-    fetch, flush = _make_fetch(in_kind), _make_flush(out_kind, vector_store)
+    fetch = _make_fetch_packed(in_kind) if packed else _make_fetch(in_kind)
+    flush = _make_flush(out_kind, vector_store)
     zero = float32(0.0)
     segments_per_block = THREADS // lanes
 
@@ -237,13 +271,13 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
         first = segment_piece[segment]
         end = piece_begin[first + int32(1)]                  # the current piece ends where the next begins
         after = piece_begin[first + int32(2)]                # ... which ends here
-        count = fetch(indices, data, piece_begin[first], end, idx, val)
+        count = fetch(indices, data, first, piece_begin[first], end, idx, val)
         for piece in range(first, segment_piece[segment + 1]):
             piece = int32(piece)
             for u in range(GROUP):                    # the piece's B rows: all GROUP loads in flight
                 load_octet(B, idx[u], octet, raw, u)
             # While they are: the next piece's indices and values, and the pointer after it.
-            next_count = fetch(indices, data, end, after, idx, next_val)
+            next_count = fetch(indices, data, piece + int32(1), end, after, idx, next_val)
             further = piece_begin[piece + int32(POINTER_PAD + 1)]
             for u in range(GROUP):
                 keep = int32(u) < count                     # a missing nonzero: both factors 0 (never 0 · Inf)
@@ -259,21 +293,24 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
     return csr_segments
 
 
-def signature(in_kind: str, out_kind: str, vector: bool = True):
+def signature(in_kind: str, out_kind: str, vector: bool = True, packed: bool = False):
     from numba import from_dtype
 
     elem_in = from_dtype(DEVICE_DTYPE[in_kind])
     i32 = types.int32[::1]
     b_elem = types.uint64 if vector else types.uint16
-    return (i32, i32, i32, i32, i32, elem_in[::1], types.Array(b_elem, 2, "C"),
+    # The nonzeros: the CSR's (int32 columns, values), or packed pieces (two uint64 words of columns and
+    # one uint64 word of values per piece).
+    nonzeros = (types.Array(types.uint64, 2, "C"), types.uint64[::1]) if packed else (i32, elem_in[::1])
+    return (i32, i32, i32, i32, *nonzeros, types.Array(b_elem, 2, "C"),
             types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.int32, types.int32, types.int32)
 
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
-                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, vector_store: bool = True):
-    return cuda.jit(signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
-        kernel_function(in_kind, out_kind, vector, lanes, vector_store))
+                    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, vector_store: bool = True, packed: bool = False):
+    return cuda.jit(signature(in_kind, out_kind, vector, packed), launch_bounds=(THREADS, min_blocks_per_sm))(
+        kernel_function(in_kind, out_kind, vector, lanes, vector_store, packed))
 
 
 def whole_aligned_octets(matrix) -> bool:
@@ -313,10 +350,11 @@ class PreparedSegments:
     out_kind: str
     plan_arrays: tuple            # device (segment_piece, piece_begin padded, piece_row, piece_flush)
     shared_rows: object           # device int32 rows split over segments (None: none)
-    arrays: tuple                 # device (indices, data)
+    arrays: tuple                 # device (indices, data), or packed pieces (device_packed_pieces)
     lanes: int | None = None      # lanes per segment (None: default_lanes by K, N)
     panel_columns: int | None = None
     min_blocks_per_sm: int = MIN_BLOCKS_PER_SM
+    packed: bool = False          # arrays are packed pieces (formats.segments.pack_pieces)
 
     def __post_init__(self):
         from nbspmm.kernels.prepared import BoundCache
@@ -345,7 +383,7 @@ class PreparedSegments:
                                                                      self.panel_columns)
         vector = whole_aligned_octets(B)
         kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
-                                 whole_aligned_octets(C))
+                                 whole_aligned_octets(C), self.packed)
         launch = PackedLaunch(kernel, block=THREADS)
         operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C,
                     item_blocks, slices_per_panel, n_slices)
@@ -367,12 +405,26 @@ def device_plan(plan) -> tuple:
     return plan.segment_piece, padded, plan.piece_row, plan.piece_flush
 
 
+def device_packed_pieces(plan, indices, data) -> tuple:
+    """The packed pieces as the packed fetch reads them (host numpy): columns as rows of two uint64 words,
+    values as one uint64 word per piece (16-bit bits), each padded by POINTER_PAD + 1 empty pieces, so
+    that the look-ahead fetch of the piece after the last stays inside the arrays."""
+    columns, values = pack_pieces(plan, indices, data)
+    pad = POINTER_PAD + 1
+    columns = np.concatenate([columns, np.zeros((pad, GROUP), np.int32)])
+    values = np.concatenate([host_view(values).view(np.uint16), np.zeros((pad, GROUP), np.uint16)])
+    return (np.ascontiguousarray(columns).view(np.uint64).reshape(-1, WORDS_PER_LOAD),
+            np.ascontiguousarray(values).view(np.uint64).reshape(-1))
+
+
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
-            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, output_rows=None) -> PreparedSegments:
+            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, packed: bool = False, output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
-    over segments only with an fp32 output (their sums meet in fp32 atomics). ``output_rows`` (int32, one
+    over segments only with an fp32 output (their sums meet in fp32 atomics). ``packed``: the nonzeros
+    regrouped GROUP slots a piece, so that a piece is fetched with two vector loads instead of eight
+    scalar ones (more bytes where rows are short: the padding). ``output_rows`` (int32, one
     entry per stored row): the rows of a taller C the stored rows are written to (a routed product's
     CUDA-core part, ``nbspmm.kernels.routed``); None: the CSR's own row order, or none."""
     if not isinstance(fmt, formats.CSR):
@@ -385,13 +437,17 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
                         split_rows=out_kind == "f32",
                         output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
                                                                                                 fmt.shape[0]))
-    indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
-    data = host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind])
+    if packed:
+        nonzeros = device_packed_pieces(plan, fmt.indices, fmt.data)
+    else:
+        indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
+        nonzeros = (indices, host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind]))
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
     shared = plan.shared_rows
-    return PreparedSegments("csr-segments", tuple(fmt.shape), in_kind, out_kind,
+    return PreparedSegments("csr-segments-packed" if packed else "csr-segments", tuple(fmt.shape), in_kind, out_kind,
                             tuple(to_device(a) for a in device_plan(plan)), to_device(shared) if shared.size else None,
-                            (to_device(indices), to_device(data)), lanes, panel_columns, min_blocks_per_sm)
+                            tuple(to_device(a) for a in nonzeros), lanes, panel_columns, min_blocks_per_sm,
+                            bool(packed))
 
 
 register(KernelSpec(
@@ -402,4 +458,12 @@ register(KernelSpec(
     build=lambda: (kernel_function("f16", "f32"), signature("f16", "f32"), {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.128", "FFMA", "RED"),
     formats=("csr",), variant="segments", prepare=prepare,
+))
+register(KernelSpec(
+    name="csr-segments-packed",
+    description="the CSR segment kernel fetching packed pieces (prepare(..., packed=True)): a piece's 4 columns "
+                "as one 16-byte load, its 4 values as one 8-byte load; fp16 in, fp32 out",
+    build=lambda: (kernel_function("f16", "f32", packed=True), signature("f16", "f32", packed=True),
+                   {"launch_bounds": LAUNCH_BOUNDS}),
+    expected_sass=("LDG.E.128", "LDG.E.64", "FFMA", "RED"),
 ))

@@ -16,6 +16,8 @@ from tests.gpu.spmm_checks import assert_elements_close, cast, irregular_matrice
 
 pytestmark = pytest.mark.gpu
 NO_PANELS = 1 << 30
+# The two piece fetches: from the CSR's arrays (default) and from packed pieces (prepare(packed=True)).
+FETCHES = pytest.mark.parametrize("packed", [False, True], ids=["csr-fetch", "packed"])
 
 
 def operator(A_fmt, out_dtype=np.float32, **options):
@@ -43,45 +45,50 @@ def _ragged(rng, M=700, K=900, longest=60):
     return A
 
 
+@FETCHES
 @pytest.mark.parametrize("name", ["citeseer.npz", "pubmed.npz", "rajat01.mtx", "bcsstk13.mtx"])
-def test_real_matrices(name):
+def test_real_matrices(name, packed):
     A = formats.CSR.from_scipy(load_matrix(datasets.matrix_path(name)).matrix)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
-    check_elementwise(operator(A), A, B, np.float32, f"segments {name}")
+    check_elementwise(operator(A, packed=packed), A, B, np.float32, f"segments {name} packed={packed}")
 
 
+@FETCHES
 @pytest.mark.parametrize("N", [1, 7, 64, 130, 256])
-def test_ragged_n(N):
+def test_ragged_n(N, packed):
     """N = 1 / 7 / 130: the element path (8 two-byte loads per lane); 64 / 256: 16-byte loads."""
     rng = np.random.default_rng(N)
     A = formats.CSR.from_scipy(_ragged(rng))
     B = rng.standard_normal((A.shape[1], N)).astype(np.float16)
-    check_elementwise(operator(A), A, B, np.float32, f"segments N={N}")
+    check_elementwise(operator(A, packed=packed), A, B, np.float32, f"segments N={N} packed={packed}")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
-def test_dtypes(dtype, same_out):
+@FETCHES
+def test_dtypes(dtype, same_out, packed):
     rng = np.random.default_rng(1)
     A = formats.CSR.from_scipy(_ragged(rng, 300, 350), dtype=dtype)
     B = rng.standard_normal((350, 136)).astype(dtype)
     out_dtype = dtype if same_out else np.float32
-    check_elementwise(operator(A, out_dtype), A, B, out_dtype, f"segments {np.dtype(dtype).name}")
+    check_elementwise(operator(A, out_dtype, packed=packed), A, B, out_dtype, f"segments {np.dtype(dtype).name}")
 
 
 @pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "one-column", "all-zero"])
 @pytest.mark.parametrize("out_dtype", [np.float32, np.float16], ids=["f32", "f16"])
-def test_generated(case, out_dtype):
+@FETCHES
+def test_generated(case, out_dtype, packed):
     """Empty rows, one dense row (split over segments with fp32 atomics; whole with fp16 out), odd shapes."""
     rng = np.random.default_rng(0)
     A = formats.CSR.from_scipy(irregular_matrices(rng)[case])
     B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
-    check_elementwise(operator(A, out_dtype), A, B, out_dtype, f"segments {case}")
+    check_elementwise(operator(A, out_dtype, packed=packed), A, B, out_dtype, f"segments {case} packed={packed}")
 
 
+@FETCHES
 @pytest.mark.parametrize("N", [64, 130])
-def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N):
+def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N, packed):
     """B[k_inf] = Inf, B[k_nan] = NaN: exactly the rows holding a nonzero in those columns are not finite.
     Rows right before empty rows end on k_inf, so a masked slot that re-reads a neighbour's nonzero must
     zero both factors."""
@@ -97,7 +104,7 @@ def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N):
     A = formats.CSR.from_scipy(sp.csr_array(dense))
     B = rng.standard_normal((300, N)).astype(np.float16)
     B[k_inf], B[k_nan] = np.inf, np.nan
-    C = product(operator(A), A, B, np.float32)
+    C = product(operator(A, packed=packed), A, B, np.float32)
     touched = (dense[:, k_inf] != 0) | (dense[:, k_nan] != 0)
     assert not np.isfinite(C[touched]).any()
     clean = np.where(np.isfinite(B.astype(np.float64)), B.astype(np.float64), 0.0)
@@ -109,7 +116,9 @@ def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N):
                                      {"lanes": 1}, {"lanes": 2}, {"lanes": 4}, {"lanes": 8}, {"lanes": 16}, {"lanes": 32},
                                      {"lanes": 4, "panel_columns": 32}, {"lanes": 8, "panel_columns": 100},
                                      {"lanes": 2, "panel_columns": 16}, {"lanes": 1, "panel_columns": 40},
-                                     {"panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4}], ids=str)
+                                     {"panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4},
+                                     {"packed": True, "lanes": 2}, {"packed": True, "segment_pieces": 1},
+                                     {"packed": True, "min_blocks_per_sm": 4}], ids=str)
 def test_tuning_knobs(options):
     """Every configuration scripts/tune.py segments measures computes the same product, at 16-byte loads
     (N = 256) and the element path (N = 24), one panel or several."""
