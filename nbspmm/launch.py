@@ -254,9 +254,11 @@ class LaunchGraph:
     """Packed launches, in order, as one CUDA graph: ``graph()`` enqueues them all with one
     ``cuGraphLaunch`` (CUDA driver API "Graph Management"). The kernel nodes copy the launches'
     parameter values when the graph is built, so the PackedLaunch objects may be rebound afterwards
-    without changing the graph."""
+    without changing the graph. ``branches`` (lists of steps): independent chains instead, each in its
+    own order with no edge between them, so that the GPU may run them side by side (the parts of a
+    composed product, which write disjoint rows of C)."""
 
-    def __init__(self, steps, stream: int = 0):
+    def __init__(self, steps=(), stream: int = 0, branches=None):
         from cuda.bindings import driver
 
         self._driver = driver
@@ -265,20 +267,21 @@ class LaunchGraph:
         self._graph = self._exec = None
         err, self._graph = driver.cuGraphCreate(0)
         self._check(err, "cuGraphCreate")
-        previous = []
-        for launch, grid in steps:
-            if grid <= 0:
-                continue
-            params = driver.CUDA_KERNEL_NODE_PARAMS()
-            params.func = launch._func
-            params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
-            params.blockDimX, params.blockDimY, params.blockDimZ = launch.block, 1, 1
-            params.sharedMemBytes = launch.shared_bytes
-            params.kernelParams = launch._params_address
-            params.extra = 0
-            err, node = driver.cuGraphAddKernelNode(self._graph, previous, len(previous), params)
-            self._check(err, "cuGraphAddKernelNode")
-            previous = [node]                   # each kernel after the one before it
+        for branch in ([steps] if branches is None else branches):
+            previous = []                       # a branch starts with no dependency
+            for launch, grid in branch:
+                if grid <= 0:
+                    continue
+                params = driver.CUDA_KERNEL_NODE_PARAMS()
+                params.func = launch._func
+                params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
+                params.blockDimX, params.blockDimY, params.blockDimZ = launch.block, 1, 1
+                params.sharedMemBytes = launch.shared_bytes
+                params.kernelParams = launch._params_address
+                params.extra = 0
+                err, node = driver.cuGraphAddKernelNode(self._graph, previous, len(previous), params)
+                self._check(err, "cuGraphAddKernelNode")
+                previous = [node]               # each kernel after the one before it in its branch
         err, self._exec = driver.cuGraphInstantiate(self._graph, 0)
         self._check(err, "cuGraphInstantiate")
 

@@ -277,20 +277,26 @@ class BoundProduct:
     (one kernel) and 8.5 µs (two). The first call launches the kernels one by one (``launch_each``), so
     that a product bound for one call (``op(B)`` into a new C) does not pay for instantiating a graph."""
 
-    def __init__(self, steps, keep_alive, cfg=None):
+    def __init__(self, steps, keep_alive, cfg=None, branches=None):
         self._steps = [(launch, grid) for launch, grid in steps if grid > 0]    # [(PackedLaunch, grid)]
+        # Independent chains of the steps (a composed product's parts), run side by side when replayed
+        # as a graph; None: one chain. The first call launches every step in order on one stream.
+        self._branches = branches
         self.cfg = cfg                   # the main kernel's configuration (None: nothing to launch)
         self._keep_alive = keep_alive    # device buffers the packed arguments point into (tensor map, ...)
         self._graph = None
         self._launched = False           # the first call launches directly; later ones replay the graph
 
     @classmethod
-    def chain(cls, products) -> "BoundProduct":
-        """One product of several, their launches in order (a composed product: nbspmm.kernels.routed);
-        its configuration is the first part's that has one."""
+    def side_by_side(cls, products) -> "BoundProduct":
+        """One product of several independent ones (a composed product whose parts write disjoint rows of
+        C: nbspmm.kernels.routed): launched one after the other on the first call, replayed as one graph
+        whose branches, one a part, the GPU may run concurrently. Its configuration is the first part's
+        that has one."""
         steps = [step for product in products for step in product._steps]
         keep_alive = [product._keep_alive for product in products]
-        return cls(steps, keep_alive, next((product.cfg for product in products if product.cfg is not None), None))
+        return cls(steps, keep_alive, next((product.cfg for product in products if product.cfg is not None), None),
+                   branches=[product._steps for product in products if product._steps])
 
     @property
     def n_kernels(self) -> int:
@@ -305,7 +311,7 @@ class BoundProduct:
             self.launch_each(stream)
             return
         if self._graph is None:
-            self._graph = LaunchGraph(self._steps)
+            self._graph = LaunchGraph(self._steps, branches=self._branches)
         self._graph(stream)
 
     def launch_each(self, stream=None) -> None:
