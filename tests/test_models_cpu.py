@@ -114,3 +114,27 @@ def test_dense_causal_attention_maps_each_query_head_to_its_kv_group():
         kv = h // (heads // kv_heads)
         scores = (q[0, h] @ k[0, kv].T / d ** 0.5).masked_fill(~causal, float("-inf"))
         torch.testing.assert_close(got[0, h], torch.softmax(scores, -1) @ v[0, kv])
+
+
+def test_the_rest_steps_compute_the_layer_formulas():
+    """The fused steps of "rest" (one function each, compiled on the GPU) against the formulas written out:
+    the residual add and the norm, RoPE of the head view, the head merge, SwiGLU; on the CPU eagerly."""
+    g = torch.Generator().manual_seed(0)
+    tokens, heads, d = 40, 4, 16
+    x, a = torch.randn(tokens, heads * d, generator=g), torch.randn(tokens, heads * d, generator=g)
+    weight = torch.rand(heads * d, generator=g)
+    summed, normed = qwen.fused_add_rms_norm(x, a, weight, 1e-6)
+    s = x + a
+    assert torch.equal(summed, s)
+    assert torch.allclose(normed, s / torch.sqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * weight, rtol=1e-5, atol=1e-6)
+    cos, sin = qwen.rope_tables(tokens, qwen.QwenConfig(head_dim=d), "cpu", torch.float32)
+    rotated = qwen.fused_rope_heads(a, heads, d, cos, sin)
+    view = a.view(tokens, heads, d).permute(1, 0, 2)
+    half = d // 2
+    want = torch.cat((view[..., :half] * cos[:, :half] - view[..., half:] * sin[:, half:],
+                      view[..., half:] * cos[:, half:] + view[..., :half] * sin[:, :half]), dim=-1)
+    assert rotated.shape == (1, heads, tokens, d) and rotated.is_contiguous()
+    assert torch.allclose(rotated[0], want, rtol=1e-5, atol=1e-6)
+    assert torch.equal(qwen.merge_heads(qwen.split_heads(a, heads, d)), a)
+    assert torch.allclose(qwen.fused_swiglu(x, a), x * torch.sigmoid(x) * a, rtol=1e-5, atol=1e-6)
+    assert not qwen._FUSED                                       # nothing was compiled for CPU tensors

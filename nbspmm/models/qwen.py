@@ -13,7 +13,9 @@ biased q / k / v projections, rotary position embeddings (theta 1e6), causal gro
 
 ``forward(x, timer=...)`` brackets every step in ``timer(name)`` sections — "linear" (the seven
 projections), "attention" (the attention kernel), "rest" (norms, RoPE, SwiGLU, residual adds,
-reshapes) — which the prefill benchmark fills with CUDA events (``nbspmm.bench.prefill``).
+reshapes) — which the prefill benchmark fills with CUDA events (``nbspmm.bench.prefill``). On the GPU
+the steps of "rest" run as fused kernels (``fused``: torch.compile of each step, shapes dynamic, compiled
+on the first forward), in every configuration alike; on the CPU eagerly.
 """
 from __future__ import annotations
 
@@ -73,6 +75,62 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
+# ---- "the rest": the memory-bound steps between the projections ----------------------------------------
+# Each is one function of whole tensors, so that on the GPU it runs as one fused kernel (torch.compile,
+# ``fused``) instead of eager's chain of passes over the largest tensors of the step — the fp32 copies
+# of an RMSNorm, RoPE's halves and concatenation, SwiGLU's silu then product. On the CPU they run eagerly.
+def rms_norm(x, weight, eps: float):
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+
+
+def add_rms_norm(x, residual, weight, eps: float):
+    """(x + residual, its RMSNorm): the residual add and the next norm in one pass."""
+    x = x + residual
+    return x, rms_norm(x, weight, eps)
+
+
+def rope_heads(y, heads: int, head_dim: int, cos, sin):
+    """A projection's output (tokens, heads · head_dim) as (1, heads, tokens, head_dim), rotated; reshape:
+    a sparse layer's output may be a transposed view ((W @ xᵀ)ᵀ), which view() cannot split."""
+    return apply_rope(y.reshape(y.shape[0], heads, head_dim).transpose(0, 1), cos, sin)[None].contiguous()
+
+
+def split_heads(y, heads: int, head_dim: int):
+    return y.reshape(y.shape[0], heads, head_dim).transpose(0, 1)[None]
+
+
+def merge_heads(a):
+    """Attention's output (1, heads, tokens, head_dim) as (tokens, heads · head_dim)."""
+    return a[0].transpose(0, 1).reshape(a.shape[2], a.shape[1] * a.shape[3])
+
+
+def swiglu(gate, up):
+    return F.silu(gate) * up
+
+
+_FUSED = {}
+
+
+def fused(function):
+    """``function`` compiled into fused kernels for CUDA tensors (once, shapes dynamic: one compile serves
+    every token count), eager for CPU tensors."""
+    def call(first, *args):
+        if not first.is_cuda:
+            return function(first, *args)
+        compiled = _FUSED.get(function)
+        if compiled is None:
+            compiled = _FUSED[function] = torch.compile(function, dynamic=True, fullgraph=True)
+        return compiled(first, *args)
+    call.__name__ = call.__qualname__ = f"fused_{function.__name__}"
+    call.__doc__ = function.__doc__
+    return call
+
+
+fused_rms_norm, fused_add_rms_norm, fused_rope_heads, fused_swiglu = (
+    fused(rms_norm), fused(add_rms_norm), fused(rope_heads), fused(swiglu))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float, device=None, dtype=None):
         super().__init__()
@@ -80,8 +138,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+        return fused_rms_norm(x, self.weight, self.eps)
 
 
 def _linear(shape, name, device, dtype):
@@ -103,29 +160,28 @@ class DecoderLayer(nn.Module):
         self.attention = "sdpa"          # or "flex": FlexAttention with the forward's block mask
 
     def forward(self, x, cos, sin, block_mask=None, timer=no_timer):
-        c, p, tokens = self.config, self.proj, x.shape[0]
+        c, p = self.config, self.proj
+        post = self.post_attention_norm
         with timer("rest"):
             h = self.input_norm(x)
         with timer("linear"):
             q, k, v = p["q"](h), p["k"](h), p["v"](h)
-        with timer("rest"):      # (tokens, heads · d) -> (1, heads, tokens, d); reshape: a sparse
-            # layer's output may be a transposed view ((W @ xᵀ)ᵀ), which view() cannot split
-            q = apply_rope(q.reshape(tokens, c.heads, c.head_dim).transpose(0, 1), cos, sin)[None]
-            k = apply_rope(k.reshape(tokens, c.kv_heads, c.head_dim).transpose(0, 1), cos, sin)[None]
-            v = v.reshape(tokens, c.kv_heads, c.head_dim).transpose(0, 1)[None]
+        with timer("rest"):      # (tokens, heads · d) -> (1, heads, tokens, d)
+            q = fused_rope_heads(q, c.heads, c.head_dim, cos, sin)
+            k = fused_rope_heads(k, c.kv_heads, c.head_dim, cos, sin)
+            v = split_heads(v, c.kv_heads, c.head_dim)
         with timer("attention"):
             a = self.attend(q, k, v, block_mask)
         with timer("rest"):
-            a = a[0].transpose(0, 1).reshape(tokens, c.heads * c.head_dim)
+            a = merge_heads(a)
         with timer("linear"):
             a = p["o"](a)
         with timer("rest"):
-            x = x + a
-            h = self.post_attention_norm(x)
+            x, h = fused_add_rms_norm(x, a, post.weight, post.eps)
         with timer("linear"):
             gate, up = p["gate"](h), p["up"](h)
         with timer("rest"):
-            h = F.silu(gate) * up
+            h = fused_swiglu(gate, up)
         with timer("linear"):
             h = p["down"](h)
         with timer("rest"):

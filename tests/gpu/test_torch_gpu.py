@@ -158,3 +158,25 @@ def test_sparse_model_matches_dense_model_with_the_same_masked_weights():
             want = qwen.densified(model)(x, attention_table=attention_table).float()
             assert torch.isfinite(got).all()
             assert (got - want).norm() / want.norm() < 1e-2
+
+
+def test_fused_rest_steps_match_eager_on_the_gpu():
+    """The compiled steps of the model's "rest" (qwen.fused) against the same functions run eagerly."""
+    from nbspmm.models import qwen
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    config = qwen.QwenConfig()
+    for tokens in (512, 1000):                                    # dynamic shapes: one compile, two token counts
+        x = torch.randn(tokens, config.hidden, device="cuda", dtype=torch.float16, generator=g)
+        a = torch.randn(tokens, config.hidden, device="cuda", dtype=torch.float16, generator=g)
+        weight = torch.rand(config.hidden, device="cuda", dtype=torch.float16, generator=g)
+        cos, sin = qwen.rope_tables(tokens, config, "cuda", torch.float16)
+        pairs = [(qwen.fused_add_rms_norm(x, a, weight, 1e-6), qwen.add_rms_norm(x, a, weight, 1e-6)),
+                 ((qwen.fused_rope_heads(x, config.heads, config.head_dim, cos, sin),),
+                  (qwen.rope_heads(x, config.heads, config.head_dim, cos, sin),)),
+                 ((qwen.fused_swiglu(x, a),), (qwen.swiglu(x, a),))]
+        for got, want in pairs:
+            for g_t, w_t in zip(got, want):
+                assert g_t.shape == w_t.shape and g_t.dtype == w_t.dtype
+                assert torch.allclose(g_t.float(), w_t.float(), rtol=2e-3, atol=2e-3)
+    assert {qwen.add_rms_norm, qwen.rope_heads, qwen.swiglu} <= set(qwen._FUSED)
