@@ -11,20 +11,14 @@ import nbspmm
 from formats.segments import matmul_plan, segment_plan
 from nbspmm import api, choose, datasets
 from nbspmm.kernels import prepared, rows as row_kernel
+from tests.gpu.spmm_checks import mixed_windows
 
 WINDOW = formats.DEFAULT_WINDOW_ROWS
 
 
 def mixed(m=300, k=500, dense_windows=(0, 3), seed=0) -> sp.csr_array:
-    """Scattered rows (about one nonzero per row) with a few dense 64-row windows; m ragged (300 rows:
-    the last window has 44)."""
-    rng = np.random.default_rng(seed)
-    A = sp.random_array((m, k), density=1.0 / k, rng=rng, format="lil")
-    for w in dense_windows:
-        rows = slice(w * WINDOW, min(m, (w + 1) * WINDOW))
-        height = rows.stop - rows.start
-        A[rows, :] = rng.standard_normal((height, k)) * (rng.random((height, k)) < 0.4)
-    return sp.csr_array(A)
+    """m ragged (300 rows: the last window has 44)."""
+    return mixed_windows(m, k, dense_windows, seed)
 
 
 def test_dense_windows_go_to_tensor_cores_and_the_rest_to_cuda_cores():

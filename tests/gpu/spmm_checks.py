@@ -12,6 +12,9 @@ import ml_dtypes
 import numpy as np
 import scipy.sparse as sp
 
+import formats
+
+WINDOW_ROWS = formats.DEFAULT_WINDOW_ROWS     # the WCSR window height of the routed product's tensor part
 # Output dtype -> its unit roundoff (round to nearest: half a unit in the last place).
 OUTPUT_ROUNDOFF = {
     np.dtype(np.float32): 2.0 ** -24,
@@ -107,6 +110,21 @@ def check_product(op, A_fmt, B, out_dtype, label=""):
     assert_elements_close(C, A_cast, B_cast, out_dtype, label)
     norm = np.linalg.norm(ref)
     return float(np.linalg.norm(C - ref) / norm) if norm else 0.0
+
+
+def mixed_windows(m: int, k: int, dense_windows, seed: int = 0, long_row: int | None = None) -> sp.csr_array:
+    """About one nonzero per row, with the 64-row windows ``dense_windows`` 40% full (a window past
+    m // 64 is A's ragged last one): the mixed matrix the routed product splits; ``long_row`` one dense row
+    among the scattered ones."""
+    rng = np.random.default_rng(seed)
+    A = sp.random_array((m, k), density=1.0 / k, rng=rng, format="lil")
+    for w in dense_windows:
+        rows = slice(w * WINDOW_ROWS, min(m, (w + 1) * WINDOW_ROWS))
+        height = rows.stop - rows.start
+        A[rows, :] = rng.standard_normal((height, k)) * (rng.random((height, k)) < 0.4)
+    if long_row is not None:
+        A[long_row, :] = rng.standard_normal(k)
+    return sp.csr_array(A)
 
 
 def irregular_matrices(rng) -> dict:

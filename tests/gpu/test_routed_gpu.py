@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import formats
 from nbspmm import datasets
 from nbspmm.api import SpMMOperator
-from tests.gpu.spmm_checks import (assert_elements_close, cast, check_product, irregular_matrices,
+from tests.gpu.spmm_checks import (assert_elements_close, cast, check_product, irregular_matrices, mixed_windows,
                                    poisoned_output, to_host)
 
 pytestmark = pytest.mark.gpu
@@ -20,16 +20,9 @@ SPLIT_THRESHOLD = 64          # nonzeros per tile: between the scattered (~16) a
 
 
 def mixed(m=1000, k=900, dense_windows=(0, 5, 15), seed=0) -> sp.csr_array:
-    """About one nonzero per row, with dense 64-row windows (the last, 15, is A's ragged 40-row one) and
-    a long row among the scattered ones (split over items / segments with an fp32 output)."""
-    rng = np.random.default_rng(seed)
-    A = sp.random_array((m, k), density=1.0 / k, rng=rng, format="lil")
-    for w in dense_windows:
-        rows = slice(w * WINDOW, min(m, (w + 1) * WINDOW))
-        height = rows.stop - rows.start
-        A[rows, :] = rng.standard_normal((height, k)) * (rng.random((height, k)) < 0.4)
-    A[700, :] = rng.standard_normal(k)
-    return sp.csr_array(A)
+    """Dense windows 0, 5 and 15 (A's ragged 40-row last one), a long row among the scattered ones (split
+    over items / segments with an fp32 output)."""
+    return mixed_windows(m, k, dense_windows, seed, long_row=700)
 
 
 def routed_operator(A, variant, threshold=SPLIT_THRESHOLD, dtype=np.float16, out_dtype=np.float32, **options):
