@@ -1,6 +1,7 @@
-"""One kernel table: the API's kernels are the registry's, under the same variants, default first."""
+"""One kernel table: the API's kernels are the registry's, under the same variants, default first (and
+the routed format's, a composition of registered kernels with no kernel of its own, are routed's)."""
 from nbspmm import api
-from nbspmm.kernels import bcsr, registry, rows, segments, wcsr
+from nbspmm.kernels import bcsr, registry, routed, rows, segments, wcsr
 
 
 def test_api_kernels_are_the_registry_products():
@@ -9,7 +10,9 @@ def test_api_kernels_are_the_registry_products():
         spec = registry.get(name)
         for format_name in spec.formats:
             offered.setdefault(format_name, {})[spec.variant] = spec.prepare
-    assert {f: dict(t) for f, t in api.KERNELS.items()} == offered
+    composed = {"routed": routed.products()}
+    assert {f: dict(t) for f, t in api.KERNELS.items()} == {**offered, **composed}
+    assert not set(offered) & set(composed)
     assert next(iter(api.KERNELS["bcsr"])) == bcsr.DEFAULT_VARIANT
     assert next(iter(api.KERNELS["wcsr"])) == next(iter(wcsr.VARIANTS))
     assert list(api.KERNELS["bcsr"])[-1] == list(api.KERNELS["wcsr"])[-1] == "baseline"   # fallbacks last
