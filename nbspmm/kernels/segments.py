@@ -11,6 +11,9 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
 * **Pipelined indices**: while a piece's B rows are in flight, the lanes already load the next piece's
   column indices and values, and the row pointer of the one after: a row of 4 nonzeros is no longer a
   chain of dependent loads (pointer -> indices -> B rows) of its own.
+* **Packed pieces** (``packed=True``, not the default until timed): the nonzeros regrouped four slots
+  a piece (``formats.segments.pack_pieces``), so that a piece's columns are one 16-byte load and its
+  values one 8-byte load instead of eight 4-byte loads.
 * **16-byte loads**: a lane owns 8 consecutive columns of C and reads them as one 16-byte load (two
   8-byte words of 16-bit values; ``LDG.E.128``), and stores them as two vector stores (``STG.E.128``
   in fp32). Where N is not a multiple of 8 (or B's or C's start not 16-byte aligned) the lanes read
