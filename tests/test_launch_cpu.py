@@ -90,7 +90,7 @@ def test_bound_product_launches_once_then_replays_a_graph(monkeypatch):
     calls, graphs = [], []
 
     class FakeGraph:
-        def __init__(self, steps):
+        def __init__(self, steps, branches=None):
             self.steps = list(steps)
             graphs.append(self)
 
@@ -112,6 +112,33 @@ def test_bound_product_launches_once_then_replays_a_graph(monkeypatch):
     assert len(calls) == 4 and len(graphs) == 1                 # an empty product launches nothing
 
 
+def test_side_by_side_products_replay_as_independent_branches(monkeypatch):
+    """A composed product (nbspmm.kernels.routed): the parts' launches in order on the first call, then
+    one graph whose branches are the parts, each in its own order."""
+    from nbspmm.kernels import prepared
+
+    calls, graphs = [], []
+
+    class FakeGraph:
+        def __init__(self, steps, branches=None):
+            self.branches = [[grid for _, grid in branch] for branch in branches]
+            graphs.append(self)
+
+        def __call__(self, stream=None):
+            calls.append("graph")
+
+    monkeypatch.setattr(prepared, "LaunchGraph", FakeGraph)
+    launch = lambda name: (lambda grid, stream=None: calls.append((name, grid)))         # noqa: E731
+    tensor = prepared.BoundProduct([(launch("zero"), 2), (launch("wcsr"), 132)], ())
+    core = prepared.BoundProduct([(launch("rows"), 900)], ())
+    both = prepared.BoundProduct.side_by_side([tensor, core, prepared.BoundProduct([], ())])
+    assert both.n_kernels == 3
+    both()
+    assert calls == [("zero", 2), ("wcsr", 132), ("rows", 900)] and not graphs
+    both()
+    assert calls[-1] == "graph" and graphs[0].branches == [[2, 132], [900]]
+
+
 def test_bound_product_runs_on_the_given_stream_and_launches_each_kernel_while_captured(monkeypatch):
     """Every launch goes to the caller's stream; a stream being captured (torch.cuda.graph) gets the
     kernels one by one — never the product's own graph — and replays go back to the graph."""
@@ -120,7 +147,7 @@ def test_bound_product_runs_on_the_given_stream_and_launches_each_kernel_while_c
     calls, capturing = [], {"now": False}
 
     class FakeGraph:
-        def __init__(self, steps):
+        def __init__(self, steps, branches=None):
             pass
 
         def __call__(self, stream=None):
