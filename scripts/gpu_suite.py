@@ -161,6 +161,8 @@ LINEAR_SUFFIX = "@linear"
 # Kernels also sanitized on a format with a random row order (scripts/sanitize_case.py's "@rows").
 SANITIZE_ROW_ORDER = ("wcsr-ws", "wcsr-pingpong", "wcsr-v2", "csr-rows", "csr-segments")
 ROW_ORDER_SUFFIX = "@rows"
+# Kernels that are an option of a registered product rather than a product of their own (scripts/sanitize_case.py).
+SANITIZE_OPTION_KERNELS = ("csr-segments-packed",)
 
 
 def sanitize_cases(pattern: str = "*") -> list[str]:
@@ -177,6 +179,7 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     names += [f"bcsr-{variant}{LINEAR_SUFFIX}" for variant in LINEAR_VARIANTS]
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
     names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
+    names += list(SANITIZE_OPTION_KERNELS)
     globs = pattern.split(",")
     return [name for name in names if any(fnmatch.fnmatch(name, glob) for glob in globs)]
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
 kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
-wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws);
+wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws),
+csr-segments-packed (the segment kernel on packed pieces), routed-rows, routed-segments (units 0 and 2 dense enough
+for the tensor-core part, the rest to the CSR kernel);
 "@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass); "@rows" after
 a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows).
 
@@ -35,8 +37,18 @@ if fmt_name == "bcsr":
 elif fmt_name == "csr":
     A = formats.CSR.from_scipy(dense, dtype=np.float16, row_order=row_order)
     # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
-    options = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64} if variant == "segments" else {"max_nonzeros": 8}
-    op = SpMMOperator(A, kernel=variant or "rows", experimental=True, **options)
+    segments = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64}
+    options = {"segments": segments, "segments-packed": {**segments, "packed": True}}.get(variant, {"max_nonzeros": 8})
+    op = SpMMOperator(A, kernel=variant.split("-")[0] or "rows", experimental=True, **options)
+elif fmt_name == "routed":
+    dense[64:128] = 0                 # unit 1 empty; units 3 and 4 scattered: at most one nonzero per column
+    for unit in (3, 4):
+        rows = np.arange(unit * 64, min(M, unit * 64 + 64))
+        dense[rows] = 0
+        dense[rng.choice(rows, K), np.arange(K)] = 1.0 + rng.random(K)
+    A = formats.Routed.from_scipy(dense, min_tile_nonzeros=32, dtype=np.float16)   # ~300 per tile vs ~16
+    assert A.tensor_rows.size and A.core_rows.size, "the case must route windows both ways"
+    op = SpMMOperator(A, kernel=variant, experimental=True)
 else:
     window_rows = 16 if variant == "swapped" else 64               # the swapped orientation's short windows
     A = formats.WCSR.from_scipy(dense, window_rows=window_rows, tile_cols=16, dtype=np.float16, row_order=row_order)
