@@ -99,8 +99,9 @@ def _reorder_note(reorder: str, choice, order) -> str:
     return f"reorder={reorder!r}: {order.describe()}"
 
 
-def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None):
-    """(format name, built format, the auto Choice or None, the formats.reorder.RowOrder or None)."""
+def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None, kernel=None):
+    """(format name, built format, the auto Choice or None, the formats.reorder.RowOrder or None).
+    ``kernel``: the operator's kernel, where the format depends on it (routed: its CUDA-core kernel's cost)."""
     if isinstance(A, (formats.BCSR, formats.WCSR, formats.CSR, formats.Routed)):
         given = {formats.BCSR: "bcsr", formats.WCSR: "wcsr", formats.CSR: "csr", formats.Routed: "routed"}[type(A)]
         if fmt not in ("auto", given):
@@ -116,7 +117,7 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_col
     if fmt == "bcsr":
         return "bcsr", formats.BCSR.from_scipy(A, block_shape=block_shape, dtype=dtype), None, None
     if fmt == "routed":   # windows past the cost model's break-even fill to tensor cores, the rest to CUDA cores
-        threshold = routing_threshold(n_cols)
+        threshold = routing_threshold(n_cols, core=routed.core_kernel(kernel or routed.DEFAULT_VARIANT))
         return "routed", formats.Routed.from_scipy(A, min_tile_nonzeros=threshold, window_rows=window_rows,
                                                    tile_cols=tile_cols, dtype=dtype), None, None
     if fmt in ROW_ORDER_FORMATS:
@@ -153,8 +154,8 @@ class SpMMOperator:
     Parameters: ``format`` "auto" (the kernel ``nbspmm.choose_format`` predicts fastest for B of ``n_cols``
     columns, default ``nbspmm.choose.DEFAULT_N_COLS``; its Choice, with ``.explain()``, is ``op.choice``)
     | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices) | "routed" (``formats.Routed``: the windows
-    whose WCSR tiles hold at least ``nbspmm.choose.routing_threshold(n_cols)`` nonzeros on tensor cores,
-    the other rows on CUDA cores, one C; experimental); ``kernel`` a kernel name of that format
+    whose WCSR tiles hold at least ``nbspmm.choose.routing_threshold(n_cols, core)`` nonzeros on tensor
+    cores, the other rows on CUDA cores (``core`` the variant's CSR kernel), one C; experimental); ``kernel`` a kernel name of that format
     (see ``KERNELS``; default: the first listed, or the auto choice's);
     ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
     (default), or the input dtype;
@@ -179,7 +180,7 @@ class SpMMOperator:
                  out_dtype=np.float32, block_shape=(64, 64), window_rows=64, tile_cols=16, experimental=False,
                  n_cols: int | None = None, reorder: str | None = None, **kernel_options):
         self.format_name, self.sparse, self.choice, self.row_order = _build_format(
-            A, format, dtype, block_shape, window_rows, tile_cols, n_cols, reorder)
+            A, format, dtype, block_shape, window_rows, tile_cols, n_cols, reorder, kernel)
         self.shape = tuple(self.sparse.shape)
         self.dtype = np.dtype(self.sparse.dtype)
         self.in_kind = kind_of(self.dtype)

@@ -10,7 +10,7 @@ import formats
 import nbspmm
 from formats.segments import matmul_plan, segment_plan
 from nbspmm import api, choose, datasets
-from nbspmm.kernels import prepared, rows as row_kernel
+from nbspmm.kernels import prepared, routed as routed_kernels, rows as row_kernel
 from tests.gpu.spmm_checks import mixed_windows
 
 WINDOW = formats.DEFAULT_WINDOW_ROWS
@@ -110,6 +110,19 @@ def test_the_threshold_is_the_cost_models_break_even():
         tensor_cost = cost("wcsr", on_tensor) - cost("wcsr", nothing)
         core_cost = cost("csr-rows", on_core) - cost("csr-rows", nothing)
         assert tensor_cost == pytest.approx(core_cost, rel=1e-3)
+
+
+@pytest.mark.parametrize("kernel", [None, "rows", "segments"])
+def test_the_operators_threshold_is_its_core_kernels(kernel):
+    """format="routed" routes by the break-even against the CSR kernel that takes the other rows: the
+    segment kernel's cost per nonzero is not the row kernel's, so neither is its threshold."""
+    core = routed_kernels.core_kernel(kernel or routed_kernels.DEFAULT_VARIANT)
+    _, built, _, _ = api._build_format(mixed(), "routed", None, (64, 64), WINDOW, formats.DEFAULT_TILE_COLS,
+                                       n_cols=256, kernel=kernel)
+    assert built.min_tile_nonzeros == choose.routing_threshold(256, core=core)
+    assert choose.routing_threshold(256, core="csr-segments") != choose.routing_threshold(256, core="csr-rows")
+    with pytest.raises(ValueError, match="unknown routed variant"):
+        routed_kernels.core_kernel("ws")
 
 
 def test_groebner_routes_its_dense_windows():

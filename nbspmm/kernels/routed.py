@@ -30,6 +30,14 @@ VARIANTS = {
 DEFAULT_VARIANT = "rows"
 
 
+def core_kernel(variant: str) -> str:
+    """The CSR kernel that takes the CUDA-core rows of routed ``variant`` (the cost model's candidate name,
+    whose cost per nonzero sets the routing threshold: ``nbspmm.choose.routing_threshold``)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown routed variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return f"csr-{VARIANTS[variant][1]}"
+
+
 @dataclass
 class PreparedRouted:
     """The two prepared parts of a Routed product (None where a part has no rows)."""
