@@ -33,7 +33,7 @@ import formats
 from nbspmm.choose import choose_format, routing_threshold
 from nbspmm import memory, nonfinite as nonfinite_values
 from nbspmm.device import require_hopper
-from nbspmm.kernels import registry, routed   # the kernel modules they load compile nothing on import
+from nbspmm.kernels import bcsr as bcsr_kernels, registry, routed   # kernel modules compile nothing on import
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, kind_of
 from nbspmm.launch import DeviceMatrix
 from nbspmm import interop     # the caller's framework and stream (imports no torch)
@@ -72,6 +72,10 @@ ROW_ORDER_FORMATS = ("csr", "wcsr")
 # (then a reordered WCSR needs experimental=True); None once they have — tests/gpu/test_reorder_gpu.py
 # 37 / 37 and compute-sanitizer on ws-rows and ws / pingpong / v2 with a row order (H100, 2026-12-06, 55da8e6).
 MAPPED_ROWS_UNVERIFIED: str | None = None
+# BCSR with 128-row blocks (block_shape=(128, 64): the stacked schedule, nbspmm.kernels.bcsr): a reason
+# string while it has not passed the GPU suite (then such an operator needs experimental=True).
+STACKED_BLOCKS_UNVERIFIED: str | None = ("BCSR with 128-row blocks (the stacked schedule) is compiled and "
+                                         "SASS-checked but has not yet run on a GPU")
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
@@ -206,6 +210,11 @@ class SpMMOperator:
         if (MAPPED_ROWS_UNVERIFIED and not experimental and self.format_name == "wcsr"
                 and self.sparse.row_order is not None):
             raise ValueError(f"{MAPPED_ROWS_UNVERIFIED}: pass experimental=True to use it anyway")
+        if self.format_name == "bcsr":
+            bcsr_kernels.check_block_shape(self.sparse.block_shape)   # a shape no kernel takes, named on any machine
+        if (STACKED_BLOCKS_UNVERIFIED and not experimental and self.format_name == "bcsr"
+                and self.sparse.block_shape[0] == bcsr_kernels.STACKED_BLOCK_M):
+            raise ValueError(f"{STACKED_BLOCKS_UNVERIFIED}: pass experimental=True to use it anyway")
         self.experimental = bool(experimental)
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]

@@ -71,7 +71,7 @@ class BlockSparseLinear(nn.Module):
     """y = x @ Wᵀ + bias with W (out_features × in_features) stored as the kept BM × BK blocks."""
 
     def __init__(self, in_features: int, out_features: int, block=DEFAULT_BLOCK, bias: bool = True,
-                 dtype=torch.float16, device=None, orientation: str = DEFAULT_ORIENTATION):
+                 dtype=torch.float16, device=None, orientation: str = DEFAULT_ORIENTATION, experimental: bool = False):
         super().__init__()
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"BlockSparseLinear takes float16 or bfloat16 weights; got {dtype}")
@@ -79,6 +79,8 @@ class BlockSparseLinear(nn.Module):
             raise ValueError(f"orientation must be one of {ORIENTATIONS}; got {orientation!r}")
         # "transpose": (W @ xᵀ)ᵀ; "linear": x @ Wᵀ in the kernel (op.linear), no transposed copies.
         self.orientation = orientation
+        # Passed to SpMMOperator: admits kernels not yet verified on a GPU (e.g. 128-row blocks).
+        self.experimental = bool(experimental)
         self.in_features, self.out_features, self.block = int(in_features), int(out_features), tuple(block)
         grid = pruning.block_grid((self.out_features, self.in_features), self.block)
         self.register_buffer("block_mask", torch.zeros(grid, dtype=torch.bool, device=device))
@@ -91,12 +93,13 @@ class BlockSparseLinear(nn.Module):
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def from_block_mask(cls, weight, mask, block=DEFAULT_BLOCK, bias=None, dtype=None,
-                        orientation: str = DEFAULT_ORIENTATION) -> "BlockSparseLinear":
+                        orientation: str = DEFAULT_ORIENTATION, experimental: bool = False) -> "BlockSparseLinear":
         """The layer of `weight` (out × in, a tensor) keeping the blocks where `mask` is True."""
         weight = torch.as_tensor(weight)
         dtype = dtype or (weight.dtype if weight.dtype in SUPPORTED_DTYPES else torch.float16)
         out_features, in_features = weight.shape
-        layer = cls(in_features, out_features, block, bias is not None, dtype, weight.device, orientation)
+        layer = cls(in_features, out_features, block, bias is not None, dtype, weight.device, orientation,
+                    experimental)
         mask = torch.as_tensor(np.asarray(mask, dtype=bool), device=weight.device)
         layer.block_mask.copy_(mask)                   # copy_ checks the mask's shape against the grid
         layer.blocks = _blocks_of(weight.to(dtype), mask, layer.block)
@@ -106,7 +109,7 @@ class BlockSparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None,
-                   orientation: str = DEFAULT_ORIENTATION):
+                   orientation: str = DEFAULT_ORIENTATION, experimental: bool = False):
         """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor."""
         if isinstance(linear_or_weight, nn.Linear):
             weight, bias = linear_or_weight.weight.detach(), linear_or_weight.bias
@@ -115,7 +118,7 @@ class BlockSparseLinear(nn.Module):
             weight, bias = torch.as_tensor(linear_or_weight).detach(), None
         scores = weight.float().cpu().numpy()
         mask = pruning.magnitude_block_mask(scores, sparsity, block)
-        return cls.from_block_mask(weight, mask, block, bias, dtype, orientation)
+        return cls.from_block_mask(weight, mask, block, bias, dtype, orientation, experimental)
 
     def to_dense(self) -> torch.Tensor:
         """W (out × in) with the dropped blocks zero, in the layer's dtype and device."""
@@ -164,7 +167,8 @@ class BlockSparseLinear(nn.Module):
             from nbspmm.api import SpMMOperator
 
             dtype = self.blocks.dtype
-            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype))
+            self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype),
+                                          experimental=self.experimental)
         return self._operator
 
     def sparse_format(self) -> formats.BCSR:

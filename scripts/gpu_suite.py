@@ -163,6 +163,8 @@ SANITIZE_ROW_ORDER = ("wcsr-ws", "wcsr-pingpong", "wcsr-v2", "csr-rows", "csr-se
 ROW_ORDER_SUFFIX = "@rows"
 # Kernels that are an option of a registered product rather than a product of their own (scripts/sanitize_case.py).
 SANITIZE_OPTION_KERNELS = ("csr-segments-packed",)
+# BCSR with 128-row blocks: the stacked form of every variant that has one (nbspmm.kernels.bcsr.STACKED_VARIANTS).
+STACKED_SUFFIX = "@stacked"
 
 
 def sanitize_cases(pattern: str = "*") -> list[str]:
@@ -180,6 +182,11 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
     names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
     names += list(SANITIZE_OPTION_KERNELS)
+    from nbspmm.kernels.bcsr import STACKED_VARIANTS
+
+    names += [f"bcsr-{variant}{STACKED_SUFFIX}" for variant in STACKED_VARIANTS]
+    names += [f"bcsr-v4-tma{STACKED_SUFFIX}-linear", f"bcsr-v4-tma{STACKED_SUFFIX}+two_pass",
+              f"bcsr-v4-tma{STACKED_SUFFIX}-linear+two_pass"]
     globs = pattern.split(",")
     return [name for name in names if any(fnmatch.fnmatch(name, glob) for glob in globs)]
 

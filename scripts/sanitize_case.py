@@ -5,7 +5,8 @@ wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, 
 csr-segments-packed (the segment kernel on packed pieces), routed-rows, routed-segments (units 0 and 2 dense enough
 for the tensor-core part, the rest to the CSR kernel);
 "@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass); "@rows" after
-a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows).
+a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows); "@stacked"
+after a BCSR kernel builds 128 x 64 blocks (the stacked schedule; "@stacked-linear": its nn.Linear orientation).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -23,6 +24,8 @@ from nbspmm.kernels import wcsr as wcsr_kernels
 name = sys.argv[1] if len(sys.argv) > 1 else "bcsr-v3"
 kernel, _, combine = name.partition("+")
 kernel, _, orientation = kernel.partition("@")      # "@linear": Y = X Aᵀ (op.linear), BCSR TMA kernels
+block_shape = (128, 64) if orientation.startswith("stacked") else (64, 64)
+orientation = orientation.removeprefix("stacked").removeprefix("-")   # "stacked-linear" -> "linear"
 row_order = np.random.default_rng(8).permutation(300) if orientation == "rows" else None   # "@rows": M = 300
 fmt_name, _, variant = kernel.partition("-")
 options = {"combine": combine} if combine else {}
@@ -31,7 +34,7 @@ M, K, N = 300, 200, 136
 dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[:, None] // 64 != 1)  # unit 1 empty
 dense[192:256, 16:] = 0           # unit 3 short (one block, one tile): unsplit beside the split units
 if fmt_name == "bcsr":
-    A = formats.BCSR.from_scipy(dense, block_shape=(64, 64), dtype=np.float16)
+    A = formats.BCSR.from_scipy(dense, block_shape=block_shape, dtype=np.float16)
     persistent = variant.split("-")[0] in ("v4", "wide", "pingpong")   # the persistent variants get split rows
     op = SpMMOperator(A, kernel=variant, experimental=True, **({"max_blocks": 2} if persistent else {}), **options)
 elif fmt_name == "csr":

@@ -88,3 +88,18 @@ def test_format_auto_leaves_the_callers_matrix_alone():
     assert name == api._build_format(canonical, "auto", np.float16, (64, 64), 64, 16)[0]
     assert built.to_scipy().toarray()[0, 5] == 4.0          # the duplicates summed in the built format
     assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
+
+
+def test_128_row_blocks_need_experimental_and_other_tall_blocks_are_refused_on_any_machine():
+    """BCSR with 128 x 64 blocks runs the stacked schedule, not yet verified on a GPU; 128 x 128 blocks
+    have no kernel. Both are said before the GPU is looked for."""
+    import scipy.sparse as sp
+
+    import formats
+    import nbspmm
+
+    A = sp.random_array((300, 200), density=0.1, rng=0, format="csr")
+    with pytest.raises(ValueError, match="128-row blocks.*experimental=True"):
+        nbspmm.SpMMOperator(formats.BCSR.from_scipy(A, block_shape=(128, 64)))
+    with pytest.raises(ValueError, match="128x64 blocks"):
+        nbspmm.SpMMOperator(A, format="bcsr", block_shape=(128, 128), experimental=True)

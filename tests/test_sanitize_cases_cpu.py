@@ -9,20 +9,26 @@ sys.path.insert(0, str(REPO / "scripts"))
 import gpu_suite  # noqa: E402
 
 from nbspmm.api import KERNELS  # noqa: E402
-from nbspmm.kernels.bcsr import LINEAR_VARIANTS  # noqa: E402
+from nbspmm.kernels.bcsr import LINEAR_VARIANTS, STACKED_VARIANTS  # noqa: E402
 
 
 def test_every_registered_kernel_is_sanitized():
     cases = gpu_suite.sanitize_cases()
     plain = {name for name in cases if "+" not in name and "@" not in name}
-    assert plain == {f"{fmt}-{kernel}" for fmt, kernels in KERNELS.items() for kernel in kernels}
+    assert plain == ({f"{fmt}-{kernel}" for fmt, kernels in KERNELS.items() for kernel in kernels}
+                     | set(gpu_suite.SANITIZE_OPTION_KERNELS))
     for name in cases:                       # each name is one scripts/sanitize_case.py understands
         kernel, _, combine = name.partition("+")
         kernel, _, orientation = kernel.partition("@")
         fmt, _, variant = kernel.partition("-")
-        assert variant in KERNELS[fmt] and combine in ("", "two_pass") and orientation in ("", "linear", "rows"), name
+        known = variant in KERNELS[fmt] or kernel in gpu_suite.SANITIZE_OPTION_KERNELS
+        assert known and combine in ("", "two_pass") and orientation in ("", "linear", "rows", "stacked",
+                                                                         "stacked-linear"), name
     linear = {name for name in cases if name.endswith("@linear")}
     assert linear == {f"bcsr-{variant}@linear" for variant in LINEAR_VARIANTS}
+    stacked = {name for name in cases if "@stacked" in name}
+    assert stacked == {f"bcsr-{variant}@stacked" for variant in STACKED_VARIANTS} | {
+        "bcsr-v4-tma@stacked-linear", "bcsr-v4-tma@stacked+two_pass", "bcsr-v4-tma@stacked-linear+two_pass"}
     reordered = {name for name in cases if name.endswith("@rows")}
     assert reordered == {"wcsr-ws@rows", "wcsr-pingpong@rows", "wcsr-v2@rows", "csr-rows@rows", "csr-segments@rows"}
     assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws-rows",
@@ -63,4 +69,4 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
 
 def test_several_globs_select_their_union():
     assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments", "csr-rows@rows",
-                                                        "csr-segments@rows"]
+                                                        "csr-segments@rows", "csr-segments-packed"]

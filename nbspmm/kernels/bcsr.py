@@ -1,6 +1,7 @@
 """BCSR SpMM on Hopper, and the ablation ladder (the paper's Figure 6) as configurations of the pipeline.
 
-C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 32, 64 or 128), B dense K × N row-major,
+C = A @ B for A a `formats.BCSR` with 64 × BK blocks (BK = 32, 64 or 128) or 128 × 64 blocks (below),
+B dense K × N row-major,
 fp16 or bf16 inputs, fp32 accumulation, C fp32 or the input dtype. The kernel body is
 `nbspmm.kernels.pipeline` (read its docstring for the stage layout and the work decomposition);
 this module says only what BCSR adds — a block's B rows are the BK consecutive rows starting at its
@@ -22,6 +23,11 @@ Beyond the ladder, two tile shapes for the same persistent warp-specialized pipe
             share of an item (5 stages of 40 KB).
   v4-tma, pingpong-tma   the same, writing C through shared memory and TMA stores (whole 128-byte
             rows of C per store: full 32-byte sectors for 16-bit outputs).
+
+128-row blocks (``block_shape=(128, 64)``, EXPERIMENTAL: not yet run on a GPU) take the ``stacked``
+schedule of v3 / v4 / v4-tma: both consumer warpgroups multiply every k-block, warpgroup g the block's
+rows g · 64 ..., against one staged 64 × 256 B tile — 128 rows of C per staged B tile instead of 64, so
+twice the flop per staged byte of B (the L2 → shared staging bound of 64-row blocks).
 
 Splitting long block rows (``max_blocks``) turns their items into partial sums: added atomically into
 fp32 C (``combine="atomic"``) or stored and reduced in plan order (``combine="two_pass"``, any output
@@ -75,26 +81,56 @@ MIN_SPLIT_BLOCKS = 64
 # Block widths the kernels take: 64 x 32 blocks (A rows of 64 B, 64-byte swizzle; a k-block is two
 # wgmma k16 steps) fit finer structure; 64 x 128 halve the barrier round trips per flop.
 BLOCK_KS = (32, 64, 128)
+# 128-row blocks: the stacked schedule (PipelineConfig.schedule), one warpgroup per 64 rows of a block.
+STACKED_BLOCK_M = 2 * BLOCK_M
+STACKED_BLOCK_K = 64
+# Columns of C per stacked warpgroup: the whole 256-column B tile of v4 (2 x 128) for each warpgroup, so
+# a stage is 16 KB of A and 32 KB of B for 2 · 128 · 64 · 256 flop, 87 flop per staged byte (v4's 64 x 256
+# tile: 52); the accumulator is 128 fp32 registers a thread, as in `wide` and `pingpong`.
+STACKED_WG_N = 256
+# The variants with a stacked form: the warp-specialized cooperative ones (v3, v4, v4-tma). `wide` is
+# already 256 columns a warpgroup (its stacked form would be v4's), and a ping-pong warpgroup would
+# need both halves of a block (two accumulators of 64 x 256: more registers than a thread has).
+STACKED_VARIANTS = tuple(name for name, cfg in VARIANTS.items()
+                         if cfg.specialized and cfg.schedule == "cooperative" and cfg.wg_n != STACKED_WG_N)
+
+
+def check_block_shape(block_shape) -> None:
+    BM, BK = block_shape
+    if not ((BM == BLOCK_M and BK in BLOCK_KS) or (BM, BK) == (STACKED_BLOCK_M, STACKED_BLOCK_K)):
+        raise ValueError(f"the BCSR tensor-core kernels take {', '.join(f'{BLOCK_M}x{bk}' for bk in BLOCK_KS)} "
+                         f"or {STACKED_BLOCK_M}x{STACKED_BLOCK_K} blocks; got {BM}x{BK} (build the BCSR with "
+                         f"block_shape=({BLOCK_M}, 64))")
 
 
 def operand(fmt: formats.BCSR, max_blocks: int | None = None) -> SparseOperand:
     """The pipeline's view of a BCSR: its blocks stacked as rows, one block column per block."""
-    BM, BK = fmt.block_shape
-    if BM != BLOCK_M or BK not in BLOCK_KS:
-        raise ValueError(f"the BCSR tensor-core kernels take {', '.join(f'{BLOCK_M}x{bk}' for bk in BLOCK_KS)} "
-                         f"blocks; got {BM}x{BK} (build the BCSR with block_shape=({BLOCK_M}, 64))")
+    check_block_shape(fmt.block_shape)
+    BK = fmt.block_shape[1]
     values = np.asarray(fmt.data).view(np.uint16).reshape(-1, BK)
     col_index = np.asarray(fmt.indices, dtype=np.int32).reshape(-1, 1)
     return SparseOperand("bcsr", tuple(fmt.shape), BK, False, values, col_index,
                          formats.split_plan(fmt, max_tiles=max_blocks))
 
 
-def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, **overrides) -> PipelineConfig:
+def stacked(cfg: PipelineConfig) -> PipelineConfig:
+    """`cfg` (a variant of STACKED_VARIANTS) for 128-row blocks: the stacked schedule, STACKED_WG_N columns."""
+    if cfg.name not in STACKED_VARIANTS:
+        raise ValueError(f"128-row BCSR blocks run on the stacked schedule of {', '.join(STACKED_VARIANTS)}; "
+                         f"variant {cfg.name!r} has none (build the BCSR with 64-row blocks for it)")
+    one_stage = replace(cfg, name=f"{cfg.name}-stacked", schedule="stacked", unit_rows=STACKED_BLOCK_M,
+                        wg_n=STACKED_WG_N, stages=1)
+    return fit_stages(one_stage, WANTED_STAGES[cfg.name])      # 48 KB a stage: fewer fit beside TMA-store regions
+
+
+def config(variant: str, in_kind: str, out_kind: str, block_k: int = 64, block_m: int = BLOCK_M,
+           **overrides) -> PipelineConfig:
     if variant not in VARIANTS:
         raise ValueError(f"unknown BCSR variant {variant!r}; known: {', '.join(VARIANTS)}")
+    check_block_shape((block_m, block_k))
     stages = overrides.pop("stages", WANTED_STAGES[variant])
-    one_stage = replace(VARIANTS[variant], block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind,
-                        **overrides)
+    base = stacked(VARIANTS[variant]) if block_m == STACKED_BLOCK_M else VARIANTS[variant]
+    one_stage = replace(base, block_k=block_k, stages=1, in_kind=in_kind, out_kind=out_kind, **overrides)
     return fit_stages(one_stage, stages)
 
 
@@ -106,30 +142,33 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT,
     the persistent variants split: the others launch one CTA per item anyway."""
     if not isinstance(fmt, formats.BCSR):
         raise TypeError(f"the BCSR kernels take a formats.BCSR; got {type(fmt).__name__}")
-    cfg = config(variant, in_kind, out_kind, fmt.block_shape[1], **overrides)
+    cfg = config(variant, in_kind, out_kind, fmt.block_shape[1], fmt.block_shape[0], **overrides)
     if max_blocks == "auto":
         max_blocks = (one_wave_max_tiles(fmt, out_kind, cfg.combine, min_tiles=MIN_SPLIT_BLOCKS)
                       if cfg.persistent else None)
     return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 
-def _spec(variant: str, linear: bool = False):
+def _spec(variant: str, linear: bool = False, stacked_blocks: bool = False):
     """The registry entry of `variant`; `linear`: its nn.Linear orientation (``op.linear(X)``), listed for
-    the SASS tools and tests, not as a kernel of its own (it is the same operator's other product)."""
-    cfg = replace(VARIANTS[variant], linear=True) if linear else VARIANTS[variant]
+    the SASS tools and tests, not as a kernel of its own (it is the same operator's other product);
+    `stacked_blocks`: its form for 128-row blocks (listed likewise: the block shape chooses it)."""
+    cfg = stacked(VARIANTS[variant]) if stacked_blocks else VARIANTS[variant]
+    cfg = replace(cfg, linear=True) if linear else cfg
     name = f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr"
+    name = f"{name}-stacked" if stacked_blocks else name
     return KernelSpec(
         name=f"{name}-linear" if linear else name,
         description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), {cfg.epilogue} epilogue, "
                     f"{'warp-specialized' if cfg.specialized else 'unspecialized'}"
-                    f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} 64x{cfg.tile_n} tiles; "
-                    f"64x64 fp16 blocks, fp32 out"
+                    f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} {cfg.unit_rows}x{cfg.tile_n} "
+                    f"tiles; {cfg.unit_rows}x64 fp16 blocks, fp32 out"
                     + ("; nn.Linear orientation: Y = X A^T, X and Y row-major" if linear else ""),
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
                       + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
-        **({} if linear else {"formats": ("bcsr",), "variant": variant, "prepare": prepare,
-                              "default": variant == DEFAULT_VARIANT}),
+        **({} if linear or stacked_blocks else {"formats": ("bcsr",), "variant": variant, "prepare": prepare,
+                                                "default": variant == DEFAULT_VARIANT}),
     )
 
 
@@ -139,6 +178,9 @@ for _variant in VARIANTS:
     register(_spec(_variant))
 for _variant in LINEAR_VARIANTS:
     register(_spec(_variant, linear=True))
+for _variant in STACKED_VARIANTS:
+    register(_spec(_variant, stacked_blocks=True))
+register(_spec(DEFAULT_VARIANT, linear=True, stacked_blocks=True))
 
 
 def record_timeline(A, N: int, variant: str = "v3", *, dtype=np.float16, seed: int = 0) -> dict:

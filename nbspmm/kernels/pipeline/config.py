@@ -16,7 +16,7 @@ from ptx_snippets.tensormap import DEFAULT_DYNAMIC_SMEM  # noqa: F401  (re-expor
 
 SWIZZLE_CODE_OF_SPAN = {32: SWIZZLE_32B, 64: SWIZZLE_64B, 128: SWIZZLE_128B}
 SWIZZLE_NAME_OF_SPAN = {32: "32B", 64: "64B", 128: "128B"}
-SCHEDULES = ("cooperative", "pingpong")
+SCHEDULES = ("cooperative", "pingpong", "stacked")
 COMBINES = ("atomic", "two_pass")
 EPILOGUES = ("registers", "tma")
 GATHERS = ("tma", "cp_async")
@@ -89,7 +89,10 @@ class PipelineConfig:
     #   "cooperative": every warpgroup works on every item, each on its own WG_N columns (CTA tile
     #                  64 x wgs*WG_N); the epilogue stalls the tensor cores;
     #   "pingpong":    warpgroups take alternate items, each the whole WG_N-wide tile: one warpgroup's
-    #                  epilogue overlaps the other's multiplies (CUTLASS's "ping-pong" schedule).
+    #                  epilogue overlaps the other's multiplies (CUTLASS's "ping-pong" schedule);
+    #   "stacked":     every warpgroup works on every item, each on its own 64 rows of a unit of
+    #                  consumer_wgs x 64 rows (BCSR blocks 128 rows tall), all on the same WG_N columns: the
+    #                  staged B tile feeds twice the rows, so twice the flop per staged byte of B.
     schedule: str = "cooperative"
     # How items of a split unit (plan.shared) combine their partial tiles:
     #   "atomic":   fp32 red.global.add into C rows zeroed first (fp32 output only);
@@ -164,9 +167,17 @@ class PipelineConfig:
             raise ValueError("the cp.async gather is the producer warpgroup's (warp-specialized, gathered B rows)")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}; got {self.epilogue!r}")
-        if not self.swapped and self.unit_rows != BLOCK_M:
+        if self.stacked:
+            if not (self.specialized and self.loader == "tma") or self.gather_b or self.swapped or self.mapped_rows:
+                raise ValueError("the stacked schedule is built for BCSR's contiguous B rows loaded by TMA in the "
+                                 "warp-specialized pipeline (not gathered, swapped or with mapped rows)")
+            if self.unit_rows != self.consumer_wgs * BLOCK_M:
+                raise ValueError(f"stacked warpgroups take {BLOCK_M} rows each: units of "
+                                 f"{self.consumer_wgs} x {BLOCK_M} rows; got unit_rows = {self.unit_rows}")
+        elif not self.swapped and self.unit_rows != BLOCK_M:
             raise ValueError(f"units of {self.unit_rows} rows need the swapped orientation (the sparse tile as "
-                             f"wgmma's B); unswapped, a unit is the wgmma M = {BLOCK_M} rows")
+                             f"wgmma's B) or the stacked schedule (a warpgroup per {BLOCK_M} rows); otherwise a "
+                             f"unit is the wgmma M = {BLOCK_M} rows")
         if self.swapped and (not self.gather_b or not self.specialized or self.pingpong or self.epilogue != "registers"
                              or self.unit_rows not in SWAPPED_UNIT_ROWS
                              or self.wg_n != SWAPPED_SLICES * CHUNK_ELEMS):
@@ -192,12 +203,20 @@ class PipelineConfig:
         return self.schedule == "pingpong"
 
     @property
+    def stacked(self):
+        return self.schedule == "stacked"
+
+    @property
+    def shares_columns(self):      # every consumer warpgroup multiplies the whole B tile (no column split)
+        return self.pingpong or self.stacked
+
+    @property
     def n_group(self):             # column tiles per rasterization group
         return max(1, self.group_columns // self.tile_n)
 
     @property
     def tile_n(self):              # columns of C per work item
-        return self.wg_n if self.pingpong else self.wg_n * self.consumer_wgs
+        return self.wg_n if self.shares_columns else self.wg_n * self.consumer_wgs
 
     @property
     def release_arrivals(self):    # warps that release each stage: those of the warpgroups reading it
@@ -295,8 +314,9 @@ def sm_count() -> int:
 def tile_shape_for(n: int, schedule: str = "cooperative", widest: int = 2 * CHUNK_ELEMS) -> tuple[int, int]:
     """(consumer warpgroups, wgmma N) for N columns: a tile no wider than N needs, at most `widest`
     columns per warpgroup. Cooperative warpgroups split the tile's columns (one warpgroup up to 64
-    columns); ping-pong warpgroups each take whole items, so there are always two."""
-    if schedule == "pingpong":
+    columns); ping-pong warpgroups each take whole items and stacked ones each 64 rows of every item,
+    so there are always two."""
+    if schedule in ("pingpong", "stacked"):
         return 2, min(widest, -(-n // CHUNK_ELEMS) * CHUNK_ELEMS)
     if n <= CHUNK_ELEMS:
         return 1, CHUNK_ELEMS

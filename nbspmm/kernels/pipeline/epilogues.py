@@ -174,6 +174,15 @@ def make_whole_store(cfg: PipelineConfig, stores: TileStores):
 
 def make_split_store(cfg: PipelineConfig, stores: TileStores):
     UNIT_ROWS = cfg.unit_rows
+    if cfg.combine == "two_pass" and cfg.stacked:
+        store_partial = stores.partial
+
+        @role
+        def store_split_two_pass_stacked(acc, C, out_rows, partials, partial_slot, p, row0, col0, thread):
+            # slot s holds the unit's UNIT_ROWS rows; this warpgroup's tile starts row0 % UNIT_ROWS into the unit
+            store_partial(acc, partials, out_rows, partial_slot[p] * UNIT_ROWS + row0 % UNIT_ROWS, col0, thread)
+
+        return store_split_two_pass_stacked
     if cfg.combine == "two_pass":
         store_partial = stores.partial
 

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 
 from numba import uint32
 
-from nbspmm.kernels.pipeline.config import (CHUNK_ELEMS, K_STEP_BYTES_KMAJOR, K_STEP_BYTES_MNMAJOR,
+from nbspmm.kernels.pipeline.config import (BLOCK_M, CHUNK_ELEMS, K_STEP_BYTES_KMAJOR, K_STEP_BYTES_MNMAJOR,
                                             MMA_K, SWIZZLE_ATOM_BYTES, SWIZZLE_ATOM_ROWS, SWIZZLE_CODE_OF_SPAN,
                                             PipelineConfig)
 from nbspmm.kernels.pipeline.inlining import device, role
@@ -45,6 +45,7 @@ class StageLayout(NamedTuple):
     b_sbo: int
     wg_b_offset: int      # where warpgroup g's columns start in the B tile (cooperative)
     b_chunk_bytes: int
+    wg_a_offset: int      # where warpgroup g's rows start in each A chunk (stacked)
 
 
 def stage_layout(cfg: PipelineConfig) -> StageLayout:
@@ -52,11 +53,14 @@ def stage_layout(cfg: PipelineConfig) -> StageLayout:
     # Descriptor strides (PTX ISA "Matrix Descriptor Format"; layouts in ptx_snippets.descriptor):
     # A, K-major, swizzled by its row span: 8-row core groups 8 · span apart (SBO); LBO unused for
     # swizzled K-major layouts (encoded as 1). B, MN-major SW128: 64-column chunks B_CHUNK_BYTES apart
-    # along N (LBO); 8-row K groups 1024 B (SBO). Ping-pong warpgroups read the whole B tile.
+    # along N (LBO); 8-row K groups 1024 B (SBO). Ping-pong and stacked warpgroups read the whole B
+    # tile; stacked warpgroup g reads rows g * 64 ... of each A chunk (64 rows x span: whole swizzle atoms,
+    # so the descriptor's swizzle phase is unchanged).
     return StageLayout(cfg.stage_bytes, cfg.a_stage_bytes, cfg.a_chunk_bytes, cfg.block_k // MMA_K,
                        a_span // K_STEP_BYTES_KMAJOR, SWIZZLE_CODE_OF_SPAN[a_span], 16, SWIZZLE_ATOM_ROWS * a_span,
                        cfg.b_chunk_bytes, SWIZZLE_ATOM_BYTES,
-                       0 if cfg.pingpong else (cfg.wg_n // CHUNK_ELEMS) * cfg.b_chunk_bytes, cfg.b_chunk_bytes)
+                       0 if cfg.shares_columns else (cfg.wg_n // CHUNK_ELEMS) * cfg.b_chunk_bytes, cfg.b_chunk_bytes,
+                       BLOCK_M * a_span if cfg.stacked else 0)
 
 
 def _dtype(cfg):
@@ -95,21 +99,22 @@ def b_operand(cfg: PipelineConfig) -> BOperand:
                                                     + (kk % K_STEPS_PER_CHUNK) * K_STEP_BYTES_KMAJOR),
                                     X_LBO, X_SBO, X_SWIZZLE)
 
-    return BOperand(0, b_k_major, 0 if cfg.pingpong else cfg.b_box_bytes)
+    return BOperand(0, b_k_major, 0 if cfg.shares_columns else cfg.b_box_bytes)
 
 
 def make_normal_mainloop(cfg: PipelineConfig) -> Mainloop:
     b = b_operand(cfg)
     mma = make_wgmma(cfg.wg_n, dtype=_dtype(cfg), a="smem", trans_a=0, trans_b=b.trans_b)
     (STAGE_BYTES, A_STAGE_BYTES, A_CHUNK_BYTES, K_STEPS, K_STEPS_PER_CHUNK, A_SWIZZLE, A_LBO, A_SBO, _, _,
-     _, _) = stage_layout(cfg)
+     _, _, WG_A_OFFSET) = stage_layout(cfg)
     b_descriptor, WG_B_OFFSET = b.descriptor, b.wg_offset
 
     @device
     def multiply_stage(acc, smem_base, stage, g):
         """wgmma over one k-block: BK/16 steps of m64n{WG_N}k16 into the warpgroup's accumulator."""
-        a_base = smem_base + uint32(stage * STAGE_BYTES)
-        b_base = a_base + uint32(A_STAGE_BYTES + g * WG_B_OFFSET)
+        stage_base = smem_base + uint32(stage * STAGE_BYTES)
+        a_base = stage_base + uint32(g * WG_A_OFFSET)
+        b_base = stage_base + uint32(A_STAGE_BYTES + g * WG_B_OFFSET)
         wgmma_fence()                                   # accumulator registers are about to be async-written
         for kk in range(K_STEPS):
             a_addr = a_base + uint32((kk // K_STEPS_PER_CHUNK) * A_CHUNK_BYTES
@@ -126,7 +131,7 @@ def make_swapped_mainloop(cfg: PipelineConfig) -> Mainloop:
     mma_t = make_wgmma(UNIT_ROWS, dtype=_dtype(cfg), a="smem", trans_a=1, trans_b=0)
     zero_slice = make_zero_accumulator(UNIT_ROWS)
     (STAGE_BYTES, A_STAGE_BYTES, A_CHUNK_BYTES, K_STEPS, K_STEPS_PER_CHUNK, A_SWIZZLE, A_LBO, A_SBO, B_LBO, B_SBO,
-     WG_B_OFFSET, B_CHUNK_BYTES) = stage_layout(cfg)
+     WG_B_OFFSET, B_CHUNK_BYTES, _) = stage_layout(cfg)
 
     @device
     def zero_slices():

@@ -6,13 +6,15 @@ tiles (consecutive CTAs take the tiles of one unit, whose A tiles then hit L2).
 Schedules (warp-specialized skeleton):
   cooperative  every consumer warpgroup works on every item, each on its own WG_N columns;
   pingpong     warpgroups take alternate items, each the whole WG_N-wide tile, and take turns
-               (ring.make_turns) so that every parity wait names the right phase.
+               (ring.make_turns) so that every parity wait names the right phase;
+  stacked      every consumer warpgroup works on every item, each on its own 64 rows of the unit (BCSR
+               blocks of wgs x 64 rows), all on the same WG_N columns.
 """
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from nbspmm.kernels.pipeline.config import PipelineConfig
+from nbspmm.kernels.pipeline.config import BLOCK_M, PipelineConfig
 from nbspmm.kernels.pipeline.inlining import device, role
 from nbspmm.kernels.pipeline.ring import make_turns
 
@@ -40,6 +42,13 @@ class Schedule(NamedTuple):
     wait: Callable         # (turns, g, own): before warpgroup g's own-th item
     finish_item: Callable  # (turns, g, lane): every stage of the item waited for
     columns: Callable      # (n0, g) -> the item's first column of C for warpgroup g
+    first_row: Callable    # (row0, g) -> the item's first row of C for warpgroup g (row0: the unit's)
+
+
+@role
+def unit_first_row(row0, g):
+    """Every warpgroup's tile starts at the unit's first row (one wgmma M of rows per unit)."""
+    return row0
 
 
 def make_cooperative(cfg: PipelineConfig) -> Schedule:
@@ -69,7 +78,23 @@ def make_cooperative(cfg: PipelineConfig) -> Schedule:
     def columns(n0, g):
         return n0 + g * WG_N
 
-    return Schedule(0, no_turns, claim, skip, wait, finish_item, columns)
+    return Schedule(0, no_turns, claim, skip, wait, finish_item, columns, unit_first_row)
+
+
+def make_stacked(cfg: PipelineConfig) -> Schedule:
+    """The cooperative schedule split along rows instead of columns: warpgroup g's tile is rows
+    g * 64 ... of the unit, on the item's columns (the mainloop reads its 64 rows of the A tile)."""
+    cooperative = make_cooperative(cfg)
+
+    @role
+    def shared_columns(n0, g):
+        return n0
+
+    @role
+    def stacked_first_row(row0, g):
+        return row0 + g * BLOCK_M
+
+    return cooperative._replace(columns=shared_columns, first_row=stacked_first_row)
 
 
 def make_pingpong(cfg: PipelineConfig, ring) -> Schedule:
@@ -103,8 +128,10 @@ def make_pingpong(cfg: PipelineConfig, ring) -> Schedule:
     def columns(n0, g):
         return n0
 
-    return Schedule(cfg.consumer_wgs, turns.init, claim, skip, wait, finish_item, columns)
+    return Schedule(cfg.consumer_wgs, turns.init, claim, skip, wait, finish_item, columns, unit_first_row)
 
 
 def make_schedule(cfg: PipelineConfig, ring) -> Schedule:
-    return make_pingpong(cfg, ring) if cfg.pingpong else make_cooperative(cfg)
+    if cfg.pingpong:
+        return make_pingpong(cfg, ring)
+    return make_stacked(cfg) if cfg.stacked else make_cooperative(cfg)

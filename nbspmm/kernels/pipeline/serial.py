@@ -21,7 +21,7 @@ def build_serial(cfg: PipelineConfig, roles):
     prologue, fetch, release = roles.producer.prologue, roles.producer.fetch, roles.producer.release
     acquire_maps, acquire_c_map, finish = roles.producer.acquire_maps, roles.epilogue.acquire_map, roles.epilogue.finish
     zero_acc, multiply, store = roles.mainloop.zero, roles.mainloop.multiply, roles.epilogue.store
-    stamp, item_coords, columns = roles.stamp, roles.item_coords, roles.schedule.columns
+    stamp, item_coords, columns, first_row = roles.stamp, roles.item_coords, roles.schedule.columns, roles.schedule.first_row
     N_BARRIERS = 2 * cfg.stages                    # full[0..S) then empty[0..S)
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
@@ -77,8 +77,8 @@ def build_serial(cfg: PipelineConfig, roles):
                 stage, phase = advance(stage, phase)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-            store(acc, C, out_rows, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base,
-                  c_map_addr, g, tid % WARPGROUP)
+            store(acc, C, out_rows, partials, partial_slot, shared, p, first_row(rows[p] * UNIT_ROWS, g), columns(n0, g),
+                  smem_base, c_map_addr, g, tid % WARPGROUP)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
         finish(tid % WARPGROUP)

@@ -23,7 +23,7 @@ def make_consumer(cfg: PipelineConfig, roles):
     flight, release the stage before, then store the tile."""
     advance, consumer_wait, consumer_release = roles.ring.advance, roles.ring.consumer_wait, roles.ring.consumer_release
     claim, skip, wait = roles.schedule.claim, roles.schedule.skip, roles.schedule.wait
-    finish_item, columns = roles.schedule.finish_item, roles.schedule.columns
+    finish_item, columns, first_row = roles.schedule.finish_item, roles.schedule.columns, roles.schedule.first_row
     zero_acc, multiply = roles.mainloop.zero, roles.mainloop.multiply
     store, consumer_fence, stamp, item_coords = roles.epilogue.store, roles.producer.consumer_fence, roles.stamp, roles.item_coords
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
@@ -74,8 +74,8 @@ def make_consumer(cfg: PipelineConfig, roles):
                     slot = stamp(stamps, 1 + g, slot, EV_MMA_END, prev_stage, n_blocks - 1)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_START, 0, n_blocks)
-            store(acc, C, out_rows, partials, partial_slot, shared, p, rows[p] * UNIT_ROWS, columns(n0, g), smem_base,
-                  c_map_addr, g, tid % WARPGROUP)
+            store(acc, C, out_rows, partials, partial_slot, shared, p, first_row(rows[p] * UNIT_ROWS, g), columns(n0, g),
+                  smem_base, c_map_addr, g, tid % WARPGROUP)
             if recorder:
                 slot = stamp(stamps, 1 + g, slot, EV_EPI_END, 0, n_blocks)
 
