@@ -3,6 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
+                                     [stacked]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -28,6 +29,9 @@
   raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
+  stacked   128 × 64 blocks (the stacked schedule, experimental) against the same matrices in 64 × 64
+         blocks: 16384² × 8192 at 90% (fp16 / fp32 C, with the loads-only probe) and Y = X Wᵀ per Qwen
+         layer (q, k, gate, down) at 64K tokens;
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
 
@@ -403,6 +407,68 @@ def part_segments(timer) -> list[dict]:
     return rows
 
 
+STACKED_BLOCK = (128, 64)
+STACKED_LAYERS = ("q", "k", "gate", "down")
+STACKED_TOKENS = 65536
+
+
+def part_stacked(timer) -> list[dict]:
+    """128 x 64 blocks (the stacked schedule) against the same matrices in 64 x 64 blocks (the same
+    nonzeros: each 128-row block is two 64-row ones): 16384² x 8192 at 90% (fp32 and fp16 C, with the
+    loads-only probe), then Y = X Wᵀ per Qwen layer at 64K tokens (fp16 X and Y)."""
+    import nbspmm
+
+    m = k = 16384
+    n = 8192
+    case = Case(f"bs90-{m}x{k}-128x64", suites.block_sparse(m, k, 0.9, seed=0, block_shape=STACKED_BLOCK).tocsr(), n)
+    rows = []
+    for out_dtype in ("float16", "float32"):
+        for block_shape, kernel in (((64, 64), "v4-tma"), (STACKED_BLOCK, "v4-tma"), (STACKED_BLOCK, "v4")):
+            for multiply in (True, False):
+                extra = {} if multiply else {"multiply": False}
+                row = time_operator(case, timer, out_dtype=out_dtype, format="bcsr", kernel=kernel,
+                                    block_shape=block_shape, **extra)
+                row["tflops_useful"] = (2.0 * case.A.nnz * n / (median_us(row) * 1e-6) / 1e12) if multiply else None
+                rows.append(row)
+    del case
+    torch = gpu.import_torch()
+    timer = gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
+                                            host_gpu_budget_s=0.1))
+    g = torch.Generator(device="cuda")
+    g.manual_seed(0)
+    for layer in STACKED_LAYERS:
+        m, k = suites.LLM_LAYERS[layer]
+        A = suites.block_sparse(m, k, 0.9, seed=1, block_shape=STACKED_BLOCK).tocsr()
+        X = torch.randn(STACKED_TOKENS, k, device="cuda", generator=g).half()
+        Y = torch.full((STACKED_TOKENS, m), float("nan"), device="cuda", dtype=torch.float16)
+        features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
+        W16 = A[features].toarray().astype(np.float16).astype(np.float64)
+        reference = (X.double() @ torch.as_tensor(W16, device="cuda").T).cpu().numpy()
+        for block_shape in ((64, 64), STACKED_BLOCK):
+            op = nbspmm.SpMMOperator(A, format="bcsr", dtype=np.float16, out_dtype=np.float16,
+                                     block_shape=block_shape, experimental=True)
+            Y.fill_(float("nan"))
+            op.linear(X, out=Y)
+            err = rel_error(Y[:, torch.as_tensor(features, device="cuda")].double().cpu().numpy(), reference)
+            row = {"case": f"qwen-{layer}-{m}x{k}-128x64/T={STACKED_TOKENS}", "N": STACKED_TOKENS,
+                   "options": {"block_shape": str(block_shape)}, "out_dtype": "float16", "kernel": op.kernel,
+                   "rel_error": err}
+            if not err < BOUND["float16"]:
+                row["status"] = f"WRONG (rel error {err:.2e})"
+            else:
+                stats = timer.measure(lambda i: op.linear(X, out=Y), 1)
+                row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"],
+                           tflops_useful=2.0 * A.nnz * STACKED_TOKENS / (stats["median_us"] * 1e-6) / 1e12)
+                print(f"  {row['case']} {block_shape}: {row['median_us']:.1f} us ({row['tflops_useful']:.0f} TFLOP/s)",
+                      flush=True)
+            rows.append(row)
+        del X, Y
+        torch.cuda.empty_cache()
+    print_rows("128 x 64 blocks (stacked) against 64 x 64 blocks of the same matrices (multiply=False: loads only)",
+               rows, lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
+    return rows
+
+
 RASTER_LAYERS = ("down", "q", "k", "gate")
 RASTER_TOKENS = 65536
 RASTER_GROUPS = (256, 512, 768, 1024, 2048)       # tokens per rasterization group (multiples of the 256-wide tile)
@@ -454,7 +520,8 @@ def part_raster(timer) -> list[dict]:
 
 
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
-         "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32}
+         "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
+         "stacked": part_stacked}
 
 
 def main() -> int:
