@@ -44,6 +44,11 @@ def test_cli_prefill_runs_alone_and_needs_a_gpu(capsys):
     assert "runs alone" in capsys.readouterr().err
     assert main(["bench", "--suite", "prefill", "--model-layers", "2", "--dry-run"]) == 0
     assert "2 layers" in capsys.readouterr().out
+    assert main(["bench", "--suite", "prefill", "--linear-block", "128x64", "--dry-run"]) == 0
+    assert "blocks 128x64" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "prefill", "--linear-block", "128"])
+    assert "ROWSxCOLS" in capsys.readouterr().err
 
 
 def test_recorded_result_is_checked_or_absent(tmp_path):

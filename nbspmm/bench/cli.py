@@ -79,6 +79,17 @@ def peer_list(text: str) -> list[str] | str:
     return expand(items)
 
 
+def block_shape(text: str) -> tuple[int, int]:
+    """"128x64" -> (128, 64): a BCSR block shape, rows x columns."""
+    try:
+        rows, cols = (int(t) for t in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a block shape ROWSxCOLS (e.g. 128x64), got {text!r}") from None
+    if rows <= 0 or cols <= 0:
+        raise argparse.ArgumentTypeError(f"block dimensions must be positive, got {text!r}")
+    return rows, cols
+
+
 def positive_int_list(text: str) -> list[int]:
     items = _items(text, "positive integers")
     try:
@@ -171,6 +182,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--orientation", choices=("transpose", "linear"), default="linear",
                         help="prefill suite: how BlockSparseLinear multiplies — x @ Wᵀ in the kernel, or "
                              "(W @ xᵀ)ᵀ with transposed copies (default linear)")
+    parser.add_argument("--linear-block", type=block_shape, default=None, metavar="BMxBK",
+                        help="prefill suite: BlockSparseLinear's block shape (default 64x64; 128x64 is the "
+                             "experimental stacked schedule)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")

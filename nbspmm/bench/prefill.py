@@ -199,17 +199,20 @@ def run(args) -> int:
     repeats = 1 if args.quick else DEFAULT_REPEATS
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype[0]]
     config = qwen.QwenConfig(layers=layers)
+    block = tuple(getattr(args, "linear_block", None) or LINEAR_BLOCK)
     if args.dry_run:
         print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
-              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}")
+              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}, blocks {block[0]}x{block[1]}")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
     orientation = getattr(args, "orientation", "linear")
-    sparse = qwen.sparsify(dense, LINEAR_SPARSITY, LINEAR_BLOCK, "sdpa", seed=args.seed, orientation=orientation)
+    # A block shape other than the default may need a kernel not yet verified on a GPU (128 x 64: stacked).
+    sparse = qwen.sparsify(dense, LINEAR_SPARSITY, block, "sdpa", seed=args.seed, orientation=orientation,
+                           experimental=block != LINEAR_BLOCK)
     models = {"dense": dense, "sparse": sparse, "combined": qwen.with_attention(sparse, "flex")}
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,
-                "linear_sparsity": LINEAR_SPARSITY, "linear_block": LINEAR_BLOCK, "attention_keep": ATTENTION_KEEP,
+                "linear_sparsity": LINEAR_SPARSITY, "linear_block": block, "attention_keep": ATTENTION_KEEP,
                 "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed, "orientation": orientation}
     result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
