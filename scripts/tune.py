@@ -407,6 +407,48 @@ def part_segments(timer) -> list[dict]:
     return rows
 
 
+class LinearLayer:
+    """One Qwen layer's W (M x K at 90% block sparsity, `block_shape` blocks) and fp16 X (T x K) and Y
+    (T x M) on the GPU, with Y's RASTER_CHECK_FEATURES sampled output features computed in float64."""
+
+    def __init__(self, torch, generator, layer: str, tokens: int, block_shape=(64, 64)):
+        self.torch, self.tokens = torch, tokens
+        m, k = suites.LLM_LAYERS[layer]
+        self.name = f"qwen-{layer}-{m}x{k}" + ("" if block_shape == (64, 64) else f"-{block_shape[0]}x{block_shape[1]}")
+        self.A = suites.block_sparse(m, k, 0.9, seed=1, block_shape=block_shape).tocsr()
+        self.X = torch.randn(tokens, k, device="cuda", generator=generator).half()
+        self.Y = torch.full((tokens, m), float("nan"), device="cuda", dtype=torch.float16)
+        features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
+        self.features = torch.as_tensor(features, device="cuda")
+        W16 = self.A[features].toarray().astype(np.float16).astype(np.float64)
+        self.reference = (self.X.double() @ torch.as_tensor(W16, device="cuda").T).cpu().numpy()
+
+    def time(self, timer, label: str, options: dict, **operator_options) -> dict:
+        """Y = X Wᵀ by an operator of `operator_options`, checked on the sampled features, then timed."""
+        import nbspmm
+
+        op = nbspmm.SpMMOperator(self.A, format="bcsr", dtype=np.float16, out_dtype=np.float16, **operator_options)
+        self.Y.fill_(float("nan"))
+        op.linear(self.X, out=self.Y)
+        err = rel_error(self.Y[:, self.features].double().cpu().numpy(), self.reference)
+        row = {"case": f"{self.name}/T={self.tokens}", "N": self.tokens, "options": options, "out_dtype": "float16",
+               "kernel": op.kernel, "rel_error": err}
+        if not err < BOUND["float16"]:
+            row["status"] = f"WRONG (rel error {err:.2e})"
+            return row
+        stats = timer.measure(lambda i: op.linear(self.X, out=self.Y), 1)
+        row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"],
+                   tflops_useful=2.0 * self.A.nnz * self.tokens / (stats["median_us"] * 1e-6) / 1e12)
+        print(f"  {row['case']} {label}: {row['median_us']:.1f} us ({row['tflops_useful']:.0f} TFLOP/s)", flush=True)
+        return row
+
+
+def linear_timer():
+    """Fewer samples for the 64K-token layers (each product is milliseconds)."""
+    return gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
+                                           host_gpu_budget_s=0.1))
+
+
 STACKED_BLOCK = (128, 64)
 STACKED_LAYERS = ("q", "k", "gate", "down")
 STACKED_TOKENS = 65536
@@ -416,8 +458,6 @@ def part_stacked(timer) -> list[dict]:
     """128 x 64 blocks (the stacked schedule) against the same matrices in 64 x 64 blocks (the same
     nonzeros: each 128-row block is two 64-row ones): 16384² x 8192 at 90% (fp32 and fp16 C, with the
     loads-only probe), then Y = X Wᵀ per Qwen layer at 64K tokens (fp16 X and Y)."""
-    import nbspmm
-
     m = k = 16384
     n = 8192
     case = Case(f"bs90-{m}x{k}-128x64", suites.block_sparse(m, k, 0.9, seed=0, block_shape=STACKED_BLOCK).tocsr(), n)
@@ -432,37 +472,15 @@ def part_stacked(timer) -> list[dict]:
                 rows.append(row)
     del case
     torch = gpu.import_torch()
-    timer = gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
-                                            host_gpu_budget_s=0.1))
+    timer = linear_timer()
     g = torch.Generator(device="cuda")
     g.manual_seed(0)
     for layer in STACKED_LAYERS:
-        m, k = suites.LLM_LAYERS[layer]
-        A = suites.block_sparse(m, k, 0.9, seed=1, block_shape=STACKED_BLOCK).tocsr()
-        X = torch.randn(STACKED_TOKENS, k, device="cuda", generator=g).half()
-        Y = torch.full((STACKED_TOKENS, m), float("nan"), device="cuda", dtype=torch.float16)
-        features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
-        W16 = A[features].toarray().astype(np.float16).astype(np.float64)
-        reference = (X.double() @ torch.as_tensor(W16, device="cuda").T).cpu().numpy()
-        for block_shape in ((64, 64), STACKED_BLOCK):
-            op = nbspmm.SpMMOperator(A, format="bcsr", dtype=np.float16, out_dtype=np.float16,
-                                     block_shape=block_shape, experimental=True)
-            Y.fill_(float("nan"))
-            op.linear(X, out=Y)
-            err = rel_error(Y[:, torch.as_tensor(features, device="cuda")].double().cpu().numpy(), reference)
-            row = {"case": f"qwen-{layer}-{m}x{k}-128x64/T={STACKED_TOKENS}", "N": STACKED_TOKENS,
-                   "options": {"block_shape": str(block_shape)}, "out_dtype": "float16", "kernel": op.kernel,
-                   "rel_error": err}
-            if not err < BOUND["float16"]:
-                row["status"] = f"WRONG (rel error {err:.2e})"
-            else:
-                stats = timer.measure(lambda i: op.linear(X, out=Y), 1)
-                row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"],
-                           tflops_useful=2.0 * A.nnz * STACKED_TOKENS / (stats["median_us"] * 1e-6) / 1e12)
-                print(f"  {row['case']} {block_shape}: {row['median_us']:.1f} us ({row['tflops_useful']:.0f} TFLOP/s)",
-                      flush=True)
-            rows.append(row)
-        del X, Y
+        case = LinearLayer(torch, g, layer, STACKED_TOKENS, STACKED_BLOCK)
+        for block_shape in ((64, 64), STACKED_BLOCK):       # the same nonzeros in either block shape
+            rows.append(case.time(timer, str(block_shape), {"block_shape": str(block_shape)},
+                                  block_shape=block_shape, experimental=True))
+        del case
         torch.cuda.empty_cache()
     print_rows("128 x 64 blocks (stacked) against 64 x 64 blocks of the same matrices (multiply=False: loads only)",
                rows, lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
@@ -478,41 +496,18 @@ RASTER_CHECK_FEATURES = 16                        # output features of Y checked
 def part_raster(timer) -> list[dict]:
     """Y = X Wᵀ per Qwen layer at 64K tokens (fp16 X and Y), the rasterization group swept: which group
     keeps the slice of X a group reads in L2 (the time; ncu's L2 hit rate is a separate run)."""
-    import nbspmm
-
     torch = gpu.import_torch()
-    timer = gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
-                                            host_gpu_budget_s=0.1))
+    timer = linear_timer()
     rows = []
     g = torch.Generator(device="cuda")
     g.manual_seed(0)
     for layer in RASTER_LAYERS:
-        m, k = suites.LLM_LAYERS[layer]
-        A = suites.block_sparse(m, k, 0.9, seed=1).tocsr()
-        X = torch.randn(RASTER_TOKENS, k, device="cuda", generator=g).half()
-        Y = torch.full((RASTER_TOKENS, m), float("nan"), device="cuda", dtype=torch.float16)
-        features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
-        W16 = A[features].toarray().astype(np.float16).astype(np.float64)
-        reference = (X.double() @ torch.as_tensor(W16, device="cuda").T).cpu().numpy()
+        case = LinearLayer(torch, g, layer, RASTER_TOKENS)
+        k = case.A.shape[1]
         for group_columns in RASTER_GROUPS:
-            op = nbspmm.SpMMOperator(A, format="bcsr", dtype=np.float16, out_dtype=np.float16,
-                                     group_columns=group_columns)
-            Y.fill_(float("nan"))
-            op.linear(X, out=Y)
-            err = rel_error(Y[:, torch.as_tensor(features, device="cuda")].double().cpu().numpy(), reference)
-            row = {"case": f"qwen-{layer}-{m}x{k}/T={RASTER_TOKENS}", "N": RASTER_TOKENS,
-                   "options": {"group_columns": group_columns, "slice_MB": round(k * group_columns * 2 / 2**20, 1)},
-                   "out_dtype": "float16", "kernel": op.kernel, "rel_error": err}
-            if not err < BOUND["float16"]:
-                row["status"] = f"WRONG (rel error {err:.2e})"
-            else:
-                stats = timer.measure(lambda i: op.linear(X, out=Y), 1)
-                row.update(status="ok", median_us=stats["median_us"], iqr_us=stats["iqr_us"],
-                           tflops_useful=2.0 * A.nnz * RASTER_TOKENS / (stats["median_us"] * 1e-6) / 1e12)
-                print(f"  {row['case']} group {group_columns}: {row['median_us']:.1f} us "
-                      f"({row['tflops_useful']:.0f} TFLOP/s)", flush=True)
-            rows.append(row)
-        del X, Y
+            rows.append(case.time(timer, f"group {group_columns}", {"group_columns": group_columns,
+                                  "slice_MB": round(k * group_columns * 2 / 2**20, 1)}, group_columns=group_columns))
+        del case
         torch.cuda.empty_cache()
     print_rows("Rasterization group, nn.Linear orientation, 64K tokens", rows,
                lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")

@@ -67,9 +67,9 @@ def test_ring_advance_by_equals_repeated_advance():
                     s, ph = advance(s, ph)
 
 
-def assert_hopper_sass(name: str) -> str:
-    """The registered kernel `name` assembled for sm_90a: every instruction its spec expects, and no
-    register tuple spilled to local memory. Returns the SASS."""
+def assert_hopper_sass(name: str, allow_spills: bool = False) -> str:
+    """The registered kernel `name` assembled for sm_90a: every instruction its spec expects, and (unless
+    `allow_spills`) no register tuple spilled to local memory. Returns the SASS."""
     from ptx_snippets.inspect import assemble, compile_for_hopper, disassemble, instructions
 
     spec = get(name)
@@ -80,7 +80,7 @@ def assert_hopper_sass(name: str) -> str:
     found = instructions(sass)
     for prefix in spec.expected_sass:
         assert any(m.startswith(prefix) for m in found), f"{name}: no {prefix} in SASS ({sorted(found)[:40]})"
-    assert " LDL" not in sass and " STL" not in sass, f"{name}: local-memory traffic in SASS ({info})"
+    assert allow_spills or (" LDL" not in sass and " STL" not in sass), f"{name}: local-memory traffic in SASS ({info})"
     return sass
 
 
@@ -337,13 +337,8 @@ def test_stacked_configs_refuse_what_they_are_not_built_for():
 def test_stacked_sass(name, spills):
     """m64n256k16, four k16 steps per 64-wide block; TMA loads of one 128-row A box per stage. The linear
     orientation spills as the other 256-column linear variants do (NOTES.md, open questions)."""
-    from ptx_snippets.inspect import inspect_kernel, instructions, opcode_counts
+    from ptx_snippets.inspect import opcode_counts
 
-    spec = get(name)
-    pyfunc, sig, opts = spec.build()
-    k = inspect_kernel(pyfunc, sig, **opts)
-    found = instructions(k.sass)
-    for prefix in spec.expected_sass:
-        assert any(m.startswith(prefix) for m in found), f"{name}: no {prefix} in SASS"
-    assert opcode_counts(k.sass)["HGMMA.64x256x16.F32"] == 4
-    assert (k.info.spill_stores > 0) == spills
+    sass = assert_hopper_sass(name, allow_spills=spills)
+    assert opcode_counts(sass)["HGMMA.64x256x16.F32"] == 4
+    assert (" STL" in sass) == spills
