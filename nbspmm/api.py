@@ -159,8 +159,9 @@ class SpMMOperator:
     columns, default ``nbspmm.choose.DEFAULT_N_COLS``; its Choice, with ``.explain()``, is ``op.choice``)
     | "bcsr" | "wcsr" | "csr" (CUDA cores, for scattered matrices) | "routed" (``formats.Routed``: the windows
     whose WCSR tiles hold at least ``nbspmm.choose.routing_threshold(n_cols, core)`` nonzeros on tensor
-    cores, the other rows on CUDA cores (``core`` the variant's CSR kernel), one C; experimental); ``kernel`` a kernel name of that format
-    (see ``KERNELS``; default: the first listed, or the auto choice's);
+    cores, the other rows on CUDA cores (``core`` the variant's CSR kernel), one C; experimental);
+    ``kernel`` a kernel name of that format (see ``KERNELS``; default: the first listed, or the auto
+    choice's);
     ``dtype`` the input precision (float16 or ml_dtypes.bfloat16; A is cast once); ``out_dtype`` float32
     (default), or the input dtype;
     ``block_shape`` (BCSR), ``window_rows`` / ``tile_cols`` (WCSR); ``experimental=True`` admits the
