@@ -170,20 +170,19 @@ STACKED_SUFFIX = "@stacked"
 def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
     name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
-    ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"); those matching the glob `pattern` (several globs: comma-separated)."""
+    ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"), SANITIZE_OPTION_KERNELS and the
+    128-row-block forms ("@stacked"); those matching the glob `pattern` (several globs: comma-separated)."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
 
     names = [f"{fmt}-{kernel}" for fmt, kernels in KERNELS.items() for kernel in kernels]
     names += [f"{name}+two_pass" for name in SANITIZE_TWO_PASS]
-    from nbspmm.kernels.bcsr import LINEAR_VARIANTS
+    from nbspmm.kernels.bcsr import LINEAR_VARIANTS, STACKED_VARIANTS
 
     names += [f"bcsr-{variant}{LINEAR_SUFFIX}" for variant in LINEAR_VARIANTS]
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
     names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
     names += list(SANITIZE_OPTION_KERNELS)
-    from nbspmm.kernels.bcsr import STACKED_VARIANTS
-
     names += [f"bcsr-{variant}{STACKED_SUFFIX}" for variant in STACKED_VARIANTS]
     names += [f"bcsr-v4-tma{STACKED_SUFFIX}-linear", f"bcsr-v4-tma{STACKED_SUFFIX}+two_pass",
               f"bcsr-v4-tma{STACKED_SUFFIX}-linear+two_pass"]
