@@ -16,7 +16,9 @@ What the kernel does after each piece, ``piece_flush[p]``:
 * ``KEEP``   the next piece of the segment continues the same row: keep accumulating;
 * ``STORE``  the row ends here and no other segment holds a part of it: store the sums;
 * ``ADD``    the row ends here in this segment, but other segments hold parts of it too: add the sums
-             into C (fp32 atomics; such rows, ``shared_rows``, are zeroed before the kernel).
+             (fp32 atomics) into C, whose such rows (``shared_rows``) are zeroed before the kernel, or,
+             for a 16-bit C, into an fp32 row of partial sums per shared row (``partial_rows``), which
+             a second pass rounds once into C.
 
 Pure NumPy: the plan of 16M nonzeros is a handful of vector operations.
 """
@@ -50,6 +52,14 @@ class SegmentPlan:
     def shared_rows(self) -> np.ndarray:
         """The rows split over several segments (their sums are added into C, zeroed first), int32."""
         return np.unique(self.piece_row[self.piece_flush == ADD]).astype(np.int32)
+
+    def partial_rows(self) -> np.ndarray:
+        """piece_row with each ADD piece's row replaced by its position in ``shared_rows``: the row of
+        the fp32 partial sums it adds into when C itself cannot take fp32 atomics (a 16-bit C), int32."""
+        adds = self.piece_flush == ADD
+        rows = self.piece_row.copy()
+        rows[adds] = np.searchsorted(self.shared_rows, self.piece_row[adds])
+        return rows
 
 
 def _pieces(indptr: np.ndarray, group: int):
@@ -119,13 +129,18 @@ def pack_pieces(plan: SegmentPlan, indices, data) -> tuple[np.ndarray, np.ndarra
     return np.ascontiguousarray(columns), np.ascontiguousarray(values.astype(data.dtype))
 
 
-def matmul_plan(plan: SegmentPlan, shape, indices, data, B) -> np.ndarray:
+def matmul_plan(plan: SegmentPlan, shape, indices, data, B, separate_partials: bool = False) -> np.ndarray:
     """C = A @ B in float64, computed the way the kernel walks the plan (segment by segment, piece by
-    piece, flushing by ``piece_flush``): a reference for the plan's bookkeeping, not for speed."""
+    piece, flushing by ``piece_flush``): a reference for the plan's bookkeeping, not for speed.
+    ``separate_partials``: the split rows add into rows of partial sums (``partial_rows``), copied into C
+    at the end, as the kernel does for a 16-bit C."""
     M = shape[0]
     B = np.asarray(B, dtype=np.float64)
     C = np.full((M, B.shape[1]), np.nan)
-    C[plan.shared_rows] = 0.0
+    shared = plan.shared_rows
+    partials = np.zeros((shared.size, B.shape[1])) if separate_partials else C
+    C[shared] = 0.0
+    target_row = plan.partial_rows() if separate_partials else plan.piece_row
     for s in range(plan.n_segments):
         acc = np.zeros(B.shape[1])
         for p in range(plan.segment_piece[s], plan.segment_piece[s + 1]):
@@ -135,7 +150,9 @@ def matmul_plan(plan: SegmentPlan, shape, indices, data, B) -> np.ndarray:
             if flush == STORE:
                 C[row] = acc
             elif flush == ADD:
-                C[row] += acc
+                partials[target_row[p]] += acc
             if flush != KEEP:
                 acc = np.zeros(B.shape[1])
+    if separate_partials:
+        C[shared] = partials
     return C

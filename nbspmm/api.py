@@ -103,6 +103,14 @@ def _reorder_note(reorder: str, choice, order) -> str:
     return f"reorder={reorder!r}: {order.describe()}"
 
 
+def _default_kernel(format_name: str, sparse, out_kind: str) -> str:
+    """The kernel of a format when none is named: its registry default (the first), but for BCSR the
+    variant that suits the block shape and output (``bcsr.default_variant``)."""
+    if format_name == "bcsr":
+        return bcsr_kernels.default_variant(sparse.block_shape, out_kind)
+    return next(iter(KERNELS[format_name]))
+
+
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None, kernel=None):
     """(format name, built format, the auto Choice or None, the formats.reorder.RowOrder or None).
     ``kernel``: the operator's kernel, where the format depends on it (routed: its CUDA-core kernel's cost)."""
@@ -198,7 +206,7 @@ class SpMMOperator:
             raise TypeError(f"out_dtype must be float32 or the input dtype {self.dtype.name}; got {self.out_dtype.name}")
         variants = KERNELS[self.format_name]
         if kernel is None:
-            kernel = self.choice.kernel if self.choice else next(iter(variants))
+            kernel = self.choice.kernel if self.choice else _default_kernel(self.format_name, self.sparse, self.out_kind)
         if kernel not in variants:
             raise ValueError(f"no kernel {kernel!r} for format {self.format_name!r}; "
                              f"known: {', '.join(variants)}")

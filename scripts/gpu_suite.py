@@ -163,6 +163,10 @@ SANITIZE_ROW_ORDER = ("wcsr-ws", "wcsr-pingpong", "wcsr-v2", "csr-rows", "csr-se
 ROW_ORDER_SUFFIX = "@rows"
 # Kernels that are an option of a registered product rather than a product of their own (scripts/sanitize_case.py).
 SANITIZE_OPTION_KERNELS = ("csr-segments-packed",)
+# CSR kernels also sanitized with an fp16 C (scripts/sanitize_case.py's "@f16": the segment kernel's split
+# rows add into fp32 partial sums, rounded into C by a second kernel).
+SANITIZE_16_BIT_OUT = ("csr-segments", "csr-segments-packed")
+F16_OUT_SUFFIX = "@f16"
 # BCSR with 128-row blocks: the stacked form of every variant that has one (nbspmm.kernels.bcsr.STACKED_VARIANTS).
 STACKED_SUFFIX = "@stacked"
 
@@ -170,7 +174,8 @@ STACKED_SUFFIX = "@stacked"
 def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
     name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
-    ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"), SANITIZE_OPTION_KERNELS and the
+    ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"), SANITIZE_OPTION_KERNELS,
+    SANITIZE_16_BIT_OUT with an fp16 C ("@f16") and the
     128-row-block forms ("@stacked"); those matching the glob `pattern` (several globs: comma-separated)."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
@@ -183,6 +188,7 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     names += [f"bcsr-v4-tma{LINEAR_SUFFIX}+two_pass"]
     names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
     names += list(SANITIZE_OPTION_KERNELS)
+    names += [f"{name}{F16_OUT_SUFFIX}" for name in SANITIZE_16_BIT_OUT]
     names += [f"bcsr-{variant}{STACKED_SUFFIX}" for variant in STACKED_VARIANTS]
     names += [f"bcsr-v4-tma{STACKED_SUFFIX}-linear", f"bcsr-v4-tma{STACKED_SUFFIX}+two_pass",
               f"bcsr-v4-tma{STACKED_SUFFIX}-linear+two_pass"]

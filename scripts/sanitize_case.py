@@ -6,7 +6,8 @@ csr-segments-packed (the segment kernel on packed pieces), routed-rows, routed-s
 for the tensor-core part, the rest to the CSR kernel);
 "@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass); "@rows" after
 a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows); "@stacked"
-after a BCSR kernel builds 128 x 64 blocks (the stacked schedule; "@stacked-linear": its nn.Linear orientation).
+after a BCSR kernel builds 128 x 64 blocks (the stacked schedule; "@stacked-linear": its nn.Linear orientation);
+"@f16" after a CSR kernel writes an fp16 C (the segment kernel's split rows then meet in fp32 partial sums).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -27,6 +28,9 @@ kernel, _, orientation = kernel.partition("@")      # "@linear": Y = X Aᵀ (op.
 block_shape = (128, 64) if orientation.startswith("stacked") else (64, 64)
 orientation = orientation.removeprefix("stacked").removeprefix("-")   # "stacked-linear" -> "linear"
 row_order = np.random.default_rng(8).permutation(300) if orientation == "rows" else None   # "@rows": M = 300
+out_dtype = np.float16 if orientation == "f16" else np.float32
+# The relative error allowed: fp32 accumulation, and one rounding to fp16 (unit roundoff 2^-11) for an fp16 C.
+TOLERANCE = 2e-3 if out_dtype == np.float16 else 1e-4
 fmt_name, _, variant = kernel.partition("-")
 options = {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
@@ -42,7 +46,7 @@ elif fmt_name == "csr":
     # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
     segments = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64}
     options = {"segments": segments, "segments-packed": {**segments, "packed": True}}.get(variant, {"max_nonzeros": 8})
-    op = SpMMOperator(A, kernel=variant.split("-")[0] or "rows", experimental=True, **options)
+    op = SpMMOperator(A, kernel=variant.split("-")[0] or "rows", out_dtype=out_dtype, experimental=True, **options)
 elif fmt_name == "routed":
     dense[64:128] = 0                 # unit 1 empty; units 3 and 4 scattered: at most one nonzero per column
     for unit in (3, 4):
@@ -62,11 +66,11 @@ B = rng.standard_normal((K, N)).astype(np.float16)
 if orientation == "linear":
     C = op.linear(np.ascontiguousarray(B.T)).copy_to_host().T
 else:
-    C = op(B).copy_to_host()
+    C = op(B).copy_to_host().astype(np.float64)
 ref = A.matmul_reference(B)
 err = np.linalg.norm(C - ref) / np.linalg.norm(ref)
 print(f"{name}: rel err {err:.2e}")
-if np.isfinite(C).all() and err < 1e-4:
+if np.isfinite(C).all() and err < TOLERANCE:
     print("case ok")
 else:
     sys.exit(1)

@@ -378,7 +378,7 @@ NO_PANELS = 1 << 30                  # one panel of every column: slices side by
 SEGMENTS_CONFIGS = ({}, {"lanes": 2}, {"packed": True}, {"packed": True, "lanes": 2},
                     {"packed": True, "lanes": 2, "min_blocks_per_sm": 4}, {"lanes": 1}, {"lanes": 2, "panel_columns": 32},
                     {"lanes": 2, "panel_columns": NO_PANELS}, {"lanes": 4, "panel_columns": NO_PANELS},
-                    {"lanes": 8}, {"segment_pieces": 4}, {"segment_pieces": 16}, {"lanes": 2, "segment_pieces": 16},
+                    {"lanes": 8}, {"segment_pieces": 4}, {"segment_pieces": 8}, {"segment_pieces": 32},
                     {"min_blocks_per_sm": 4}, {"out_dtype": "float16"}, {"lanes": 2, "out_dtype": "float16"})
 
 

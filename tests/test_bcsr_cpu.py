@@ -2,8 +2,10 @@
 from dataclasses import replace
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+import formats
 from nbspmm.kernels import bcsr, pipeline
 from nbspmm.kernels.registry import get
 
@@ -275,6 +277,19 @@ def test_stacked_configs_share_one_b_tile_between_two_row_halves():
     # every 64-row variant keeps its layout: no A offset between warpgroups
     for variant in bcsr.VARIANTS:
         assert stage_layout(bcsr.config(variant, "f16", "f32")).wg_a_offset == 0
+
+
+def test_the_default_variant_follows_block_shape_and_output():
+    """fp32 C with 128-row blocks: v4 (4 stages; v4-tma fits only 2 beside its fp32 staging region)."""
+    from nbspmm import api
+
+    assert bcsr.default_variant((128, 64), "f32") == bcsr.STACKED_F32_VARIANT == "v4"
+    assert bcsr.config(bcsr.STACKED_F32_VARIANT, "f16", "f32", 64, 128).stages > \
+        bcsr.config(bcsr.DEFAULT_VARIANT, "f16", "f32", 64, 128).stages
+    for block_shape, out_kind in [((128, 64), "f16"), ((128, 64), "bf16"), ((64, 64), "f32"), ((64, 32), "f16")]:
+        assert bcsr.default_variant(block_shape, out_kind) == bcsr.DEFAULT_VARIANT
+    A = formats.BCSR.from_scipy(np.ones((128, 64)), block_shape=(128, 64), dtype=np.float16)
+    assert api._default_kernel("bcsr", A, "f32") == "v4" and api._default_kernel("csr", None, "f32") == "rows"
 
 
 def test_stacked_roles_place_each_warpgroup_on_its_rows():

@@ -23,7 +23,7 @@ def test_every_registered_kernel_is_sanitized():
         fmt, _, variant = kernel.partition("-")
         known = variant in KERNELS[fmt] or kernel in gpu_suite.SANITIZE_OPTION_KERNELS
         assert known and combine in ("", "two_pass") and orientation in ("", "linear", "rows", "stacked",
-                                                                         "stacked-linear"), name
+                                                                         "stacked-linear", "f16"), name
     linear = {name for name in cases if name.endswith("@linear")}
     assert linear == {f"bcsr-{variant}@linear" for variant in LINEAR_VARIANTS}
     stacked = {name for name in cases if "@stacked" in name}
@@ -31,6 +31,7 @@ def test_every_registered_kernel_is_sanitized():
         "bcsr-v4-tma@stacked-linear", "bcsr-v4-tma@stacked+two_pass", "bcsr-v4-tma@stacked-linear+two_pass"}
     reordered = {name for name in cases if name.endswith("@rows")}
     assert reordered == {"wcsr-ws@rows", "wcsr-pingpong@rows", "wcsr-v2@rows", "csr-rows@rows", "csr-segments@rows"}
+    assert {name for name in cases if name.endswith("@f16")} == {"csr-segments@f16", "csr-segments-packed@f16"}
     assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws-rows",
                                                     "wcsr-ws+two_pass", "wcsr-ws@rows"]
 
@@ -69,4 +70,5 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
 
 def test_several_globs_select_their_union():
     assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments", "csr-rows@rows",
-                                                        "csr-segments@rows", "csr-segments-packed"]
+                                                        "csr-segments@rows", "csr-segments-packed",
+                                                        "csr-segments@f16", "csr-segments-packed@f16"]

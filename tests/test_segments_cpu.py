@@ -53,6 +53,8 @@ def test_plan_covers_every_nonzero_once(name, group, segment_pieces, split):
         assert (flushes == (STORE if held_by.size == 1 else ADD)).all(), row
     B = np.random.default_rng(0).standard_normal((A.shape[1], 5))
     assert np.allclose(matmul_plan(plan, A.shape, A.indices, A.data, B), A @ B, rtol=1e-12, atol=1e-12)
+    separate = matmul_plan(plan, A.shape, A.indices, A.data, B, separate_partials=True)     # a 16-bit C
+    assert np.allclose(separate, A @ B, rtol=1e-12, atol=1e-12)
 
 
 def test_plan_packs_short_rows_and_splits_long_ones():
@@ -61,6 +63,9 @@ def test_plan_packs_short_rows_and_splits_long_ones():
     assert plan.piece_row.tolist() == [0, 1, 2] + [3] * 25 + [4]
     assert plan.segment_piece.tolist() == [0, 8, 16, 24, 29]     # rows 0-2 packed with row 3's first pieces
     assert plan.shared_rows.tolist() == [3]
+    partial = plan.partial_rows()                                 # row 3's ADD pieces add into partial row 0
+    adds = plan.piece_flush == ADD
+    assert adds.sum() == 4 and (partial[adds] == 0).all() and (partial[~adds] == plan.piece_row[~adds]).all()
     assert plan.piece_flush[:3].tolist() == [STORE, STORE, STORE] and plan.piece_flush[-1] == STORE
     whole = segment_plan(indptr, group=4, segment_pieces=8, split_rows=False)
     assert whole.segment_piece.tolist() == [0, 28, 29] and whole.shared_rows.size == 0   # row 3 stays whole
@@ -107,17 +112,23 @@ def packed_fetch(plan, indices, data):
     return fetch
 
 
-def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None, packed=False):
+def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None, packed=False, separate_partials=False):
     """C as the kernel computes it, thread by thread of its grid (NaN where nothing is written): the
     padded pointers, the clamped fetches and their mask (or, packed, the decoded packed pieces), the
     lane's 8 columns (clamped to the last octet or column), flushes by piece_flush into C zeroed at the
-    shared rows."""
+    shared rows, or (``separate_partials``, a 16-bit C) split rows into zeroed partial sums that the
+    finish pass then copies into C at the shared rows."""
     K, N = B.shape
-    segment_piece, piece_begin, piece_row, piece_flush = segments.device_plan(plan)
+    segment_piece, piece_begin, piece_row, piece_flush = segments.device_plan(plan, separate_partials)
     fetch_packed = packed_fetch(plan, indices, data) if packed else None
     indices = indices if indices.size else np.zeros(1, np.int32)
     C = np.full((M, N), np.nan)
-    C[plan.shared_rows] = 0.0
+    shared = plan.shared_rows
+    if separate_partials:
+        partials = np.zeros((shared.size, N))
+    else:
+        C[shared] = 0.0
+        partials = C
     blocks, item_blocks, per_panel, n_slices = segments.grid_shape(plan.n_segments, K, N, lanes, 2, panel_columns)
     for block in range(blocks):
         column_slice, item_block = segments.panel_position(block, item_blocks, per_panel, n_slices)
@@ -146,11 +157,13 @@ def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None, packed
                     stored = columns < N
                     rows = np.full(stored.sum(), piece_row[piece])
                     if piece_flush[piece] == ADD:
-                        np.add.at(C, (rows, columns[stored]), acc[stored])
+                        np.add.at(partials, (rows, columns[stored]), acc[stored])
                     else:
                         C[rows, columns[stored]] = acc[stored]
                     acc[:] = 0.0
                 begin, end, after = end, after, piece_begin[piece + segments.POINTER_PAD + 1]
+    if separate_partials:                                         # the finish pass: one row of partials each
+        C[shared] = partials[np.arange(shared.size)]
     return C
 
 
@@ -159,13 +172,16 @@ def emulate(plan, M, indices, data, B, lanes, vector, panel_columns=None, packed
                                                          (7, 4, False, None), (130, 8, False, 64), (1, 4, False, None),
                                                          (136, 32, True, None), (128, 2, True, None),
                                                          (40, 1, True, 16), (23, 2, False, None)])
-def test_emulated_kernel_matches_scipy(name, N, lanes, vector, panel_columns):
+@pytest.mark.parametrize("separate_partials", [False, True], ids=["f32-C", "16-bit-C"])
+def test_emulated_kernel_matches_scipy(name, N, lanes, vector, panel_columns, separate_partials):
     A = MATRICES[name]
     plan = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=3)
+    assert plan.shared_rows.size                                  # split rows, whatever the output kind
     B = np.random.default_rng(N).standard_normal((A.shape[1], N))
     poisoned = A.indices[0]                                       # a column some rows reference, not all
     B[poisoned, :] = np.inf
-    C = emulate(plan, A.shape[0], A.indices, A.data, B, lanes, vector, panel_columns)
+    C = emulate(plan, A.shape[0], A.indices, A.data, B, lanes, vector, panel_columns,
+                separate_partials=separate_partials)
     touches = (A[:, [poisoned]].toarray() != 0).ravel()
     ref = A @ np.where(np.isinf(B), 0.0, B)
     assert touches.any() and not touches.all()
@@ -189,7 +205,7 @@ def test_sass_16_byte_loads_all_in_flight(in_kind, out_kind, lanes):
     assert k.info.registers <= 65536 // (segments.THREADS * segments.MIN_BLOCKS_PER_SM)
     assert k.info.spill_stores == 0 and k.info.stack_frame == 0 and " LDL" not in k.sass
     assert "rem_s64" not in k.sass and "div.s64" not in k.ptx     # 32-bit grid arithmetic
-    assert any(m.startswith("REDG.E.ADD.F32") for m in found) == (out_kind == "f32")   # split rows: fp32 out only
+    assert any(m.startswith("REDG.E.ADD.F32") for m in found)   # split rows: fp32 atomics, into C or the partials
     assert ("STG.E.128" if out_kind == "f32" else "STG.E.64") in found             # an octet: two vector stores
 
 

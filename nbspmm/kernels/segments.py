@@ -6,8 +6,9 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
 * **Segments** (``formats.segments``): the nonzeros in CSR order are cut into pieces of at most
   ``GROUP`` nonzeros of one row, and runs of at most ``segment_pieces`` pieces form a segment, one
   lane group's work. Short rows are packed several to a segment (one lane group walks them in turn);
-  a long row is split over segments whose sums are added into C with fp32 atomics (its rows zeroed
-  first; with a 16-bit output no row is split). Every segment costs about the same.
+  a long row is split over segments whose sums are added with fp32 atomics: into C (its rows zeroed
+  first), or, for a 16-bit C, into fp32 partial sums that a second pass rounds into C once. Every
+  segment costs about the same.
 * **Pipelined indices**: while a piece's B rows are in flight, the lanes already load the next piece's
   column indices and values, and the row pointer of the one after: a row of 4 nonzeros is no longer a
   chain of dependent loads (pointer -> indices -> B rows) of its own.
@@ -72,7 +73,10 @@ LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
 # against 4 lanes on a GPU (scripts/tune.py segments), and format="auto"'s cost model was fitted on runs
 # whose narrowest default was 4 lanes. Lower it only with a measurement that says so.
 NARROWEST_DEFAULT_LANES = 4
-SEGMENT_PIECES = 8                # pieces per segment: at most 32 nonzeros
+# Pieces per segment: at most 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
+# scripts/tune.py segments): R-MAT 2^20 908 against 1170 µs, uniform 2^20 1476 against 1575 µs — half the
+# segments, so half the flushes and half the atomics of split rows.
+SEGMENT_PIECES = 16
 L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
 # Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
 POINTER_PAD = 2
@@ -218,17 +222,24 @@ def store_vector(typingctx, array, row, col, values):
 
 
 def _make_flush(out_kind: str, vector_store: bool):
-    """flush(C, row, octet, acc, add): C[row, 8 octet + i] = acc[i] (or += atomically), acc[i] = 0.
+    """flush(C, partials, row, octet, acc, add): C[row, 8 octet + i] = acc[i], or, for a split row (add),
+    partials[row, 8 octet + i] += acc[i] atomically in fp32 (partials is C itself for an fp32 C, else
+    the fp32 partial sums of the shared rows, their row the plan's ``partial_rows``); then acc[i] = 0.
     vector_store=True (N a multiple of 8, C 16-byte aligned): a stored octet is written as two vector
     stores of 4 values (16 bytes each in fp32) instead of 8 scalar ones; added sums stay scalar atomics."""
-    put, convert = rows.make_put(out_kind), make_storer(out_kind)
+    convert = make_storer(out_kind)
     zero = float32(0.0)
     half = OCTET // 2
 
     @cuda.jit(device=True, forceinline=True)
-    def flush(C, row, octet, acc, add):
+    def flush(C, partials, row, octet, acc, add):
         N = C.shape[1]
-        if vector_store and not add:
+        if add:
+            for i in range(OCTET):
+                col = octet * OCTET + i
+                if col < N:
+                    cuda.atomic.add(partials, (row, col), acc[i])
+        elif vector_store:
             if octet * OCTET < N:
                 for h in range(2):
                     first = h * half
@@ -238,10 +249,27 @@ def _make_flush(out_kind: str, vector_store: bool):
             for i in range(OCTET):
                 col = octet * OCTET + i
                 if col < N:
-                    put(C, row, col, acc[i], add)
+                    C[row, col] = convert(acc[i])
         for i in range(OCTET):
             acc[i] = zero
     return flush
+
+
+def _finish_shared_rows(partials, shared_rows, C):
+    """C[shared_rows[r], c] = partials[r, c], rounded once to C's type: the split rows of a 16-bit C,
+    after the kernel has added every segment's sums into their fp32 rows."""
+    i = cuda.grid(1)
+    n = C.shape[1]
+    if i < shared_rows.shape[0] * n:
+        C[shared_rows[i // n], i % n] = partials[i // n, i % n]
+
+
+@functools.lru_cache(maxsize=None)
+def finish_kernel(out_kind: str):
+    from numba import from_dtype
+
+    return cuda.jit((types.Array(types.float32, 2, "C"), types.int32[::1],
+                     types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")))(_finish_shared_rows)
 
 
 @functools.lru_cache(maxsize=None)
@@ -257,7 +285,7 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
     zero = float32(0.0)
     segments_per_block = THREADS // lanes
 
-    def csr_segments(segment_piece, piece_begin, piece_row, piece_flush, indices, data, B, C,
+    def csr_segments(segment_piece, piece_begin, piece_row, piece_flush, indices, data, B, C, partials,
                      item_blocks, slices_per_panel, n_slices):
         column_slice, item_block = _panel_position(cuda.blockIdx.x, item_blocks, slices_per_panel, n_slices)
         segment = item_block * int32(segments_per_block) + int32(cuda.threadIdx.x // lanes)
@@ -288,7 +316,7 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
                     acc[i] += val[u] * (unpack(raw, u, i) if keep else zero)
             action = piece_flush[piece]
             if action != KEEP:
-                flush(C, piece_row[piece], octet, acc, action == ADD)
+                flush(C, partials, piece_row[piece], octet, acc, action == ADD)
             for u in range(GROUP):
                 val[u] = next_val[u]
             count, end, after = next_count, after, further
@@ -306,7 +334,8 @@ def signature(in_kind: str, out_kind: str, vector: bool = True, packed: bool = F
     # one uint64 word of values per piece).
     nonzeros = (types.Array(types.uint64, 2, "C"), types.uint64[::1]) if packed else (i32, elem_in[::1])
     return (i32, i32, i32, i32, *nonzeros, types.Array(b_elem, 2, "C"),
-            types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.int32, types.int32, types.int32)
+            types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.Array(types.float32, 2, "C"),
+            types.int32, types.int32, types.int32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -352,7 +381,7 @@ class PreparedSegments:
     in_kind: str
     out_kind: str
     plan_arrays: tuple            # device (segment_piece, piece_begin padded, piece_row, piece_flush)
-    shared_rows: object           # device int32 rows split over segments (None: none)
+    shared_rows: object           # device int32 rows of C split over segments (None: none)
     arrays: tuple                 # device (indices, data), or packed pieces (device_packed_pieces)
     lanes: int | None = None      # lanes per segment (None: default_lanes by K, N)
     panel_columns: int | None = None
@@ -363,6 +392,40 @@ class PreparedSegments:
         from nbspmm.kernels.prepared import BoundCache
 
         self.bound_cache = BoundCache(self.bind)
+        self._partials: dict = {}
+        # A 16-bit C takes no fp32 atomics: its split rows add into rows of fp32 partial sums (the plan's
+        # piece_row names them: partial_rows), zeroed before the kernel and rounded into C after it.
+        self.separate_partials = self.out_kind != "f32"
+        n_shared = 0 if self.shared_rows is None else self.shared_rows.shape[0]
+        self._partial_slots = cuda.to_device(np.arange(max(n_shared, 1), dtype=np.int32))
+
+    def _partials_buffer(self, N: int):
+        """The fp32 partial sums of the shared rows (one row each), one buffer per N, shared by every
+        product of that width: they are all enqueued on one stream, so they run one after another."""
+        rows = 1 if self.shared_rows is None else self.shared_rows.shape[0]
+        if N not in self._partials:
+            self._partials[N] = cuda.device_array((rows, N), dtype=np.float32)
+        return self._partials[N]
+
+    def _split_row_steps(self, C, N):
+        """(partials, steps before the kernel, steps after it) for the split rows: an fp32 C zeroes them
+        and takes the atomics itself; a 16-bit C zeroes its partial sums, then has them rounded into it."""
+        if self.shared_rows is None:
+            return (C if not self.separate_partials else self._partials_buffer(1)), [], []
+        grid = math.ceil(self.shared_rows.shape[0] * N / rows.HELPER_THREADS)
+        zero = PackedLaunch(rows.zero_kernel("f32" if self.separate_partials else self.out_kind),
+                            block=rows.HELPER_THREADS)
+        if not self.separate_partials:
+            zero.set(0, C)
+            zero.set(1, self.shared_rows)
+            return C, [(zero, grid)], []
+        partials = self._partials_buffer(N)
+        zero.set(0, partials)
+        zero.set(1, self._partial_slots)
+        finish = PackedLaunch(finish_kernel(self.out_kind), block=rows.HELPER_THREADS)
+        for index, value in enumerate((partials, self.shared_rows, C)):
+            finish.set(index, value)
+        return partials, [(zero, grid)], [(finish, grid)]
 
     def bind(self, B, C):
         from nbspmm.kernels.prepared import BoundProduct
@@ -373,12 +436,7 @@ class PreparedSegments:
         (M, N), K = C.shape, self.shape[1]
         if M == 0 or N == 0:
             return BoundProduct([], ())
-        steps = []
-        if self.shared_rows is not None:
-            zero = PackedLaunch(rows.zero_kernel(self.out_kind), block=rows.HELPER_THREADS)
-            zero.set(0, C)
-            zero.set(1, self.shared_rows)
-            steps.append((zero, math.ceil(self.shared_rows.shape[0] * N / rows.HELPER_THREADS)))
+        partials, before, after = self._split_row_steps(C, N)
         itemsize = ITEMSIZE[self.in_kind]
         lanes = self.lanes or default_lanes(K, N, itemsize)
         n_segments = self.plan_arrays[0].shape[0] - 1
@@ -388,12 +446,11 @@ class PreparedSegments:
         kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
                                  whole_aligned_octets(C), self.packed)
         launch = PackedLaunch(kernel, block=THREADS)
-        operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C,
+        operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C, partials,
                     item_blocks, slices_per_panel, n_slices)
         for index, value in enumerate(operands):
             launch.set(index, value)
-        steps.append((launch, blocks))
-        return BoundProduct(steps, ())
+        return BoundProduct([*before, (launch, blocks), *after], (partials,))
 
     def launch(self, B, C, stream=None):
         from nbspmm.kernels.prepared import launch_cached
@@ -401,11 +458,13 @@ class PreparedSegments:
         launch_cached(self, B, C, stream)     # stream: a CUstream, None = the legacy default stream
 
 
-def device_plan(plan) -> tuple:
+def device_plan(plan, separate_partials: bool = False) -> tuple:
     """The plan's arrays as the kernel reads them (host numpy): the row pointers padded by POINTER_PAD
-    copies of the last one, so that the pipeline's look-ahead stays inside the array."""
+    copies of the last one, so that the pipeline's look-ahead stays inside the array; the split rows'
+    pieces naming their row of partial sums where those are separate (``separate_partials``: a 16-bit C)."""
     padded = np.append(plan.piece_begin, np.full(POINTER_PAD, plan.piece_begin[-1])).astype(np.int32)
-    return plan.segment_piece, padded, plan.piece_row, plan.piece_flush
+    piece_row = plan.partial_rows() if separate_partials else plan.piece_row
+    return plan.segment_piece, padded, piece_row, plan.piece_flush
 
 
 def device_packed_pieces(plan, indices, data) -> tuple:
@@ -425,7 +484,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
             min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, packed: bool = False, output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
-    over segments only with an fp32 output (their sums meet in fp32 atomics). ``packed``: the nonzeros
+    over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
+    in fp32 partial sums rounded into C by a second pass. ``packed``: the nonzeros
     regrouped GROUP slots a piece, so that a piece is fetched with two vector loads instead of eight
     scalar ones (more bytes where rows are short: the padding). ``output_rows`` (int32, one
     entry per stored row): the rows of a taller C the stored rows are written to (a routed product's
@@ -437,7 +497,6 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
-                        split_rows=out_kind == "f32",
                         output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
                                                                                                 fmt.shape[0]))
     if packed:
@@ -448,7 +507,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
     shared = plan.shared_rows
     return PreparedSegments("csr-segments-packed" if packed else "csr-segments", tuple(fmt.shape), in_kind, out_kind,
-                            tuple(to_device(a) for a in device_plan(plan)), to_device(shared) if shared.size else None,
+                            tuple(to_device(a) for a in device_plan(plan, separate_partials=out_kind != "f32")),
+                            to_device(shared) if shared.size else None,
                             tuple(to_device(a) for a in nonzeros), lanes, panel_columns, min_blocks_per_sm,
                             bool(packed))
 

@@ -79,7 +79,8 @@ def test_dtypes(dtype, same_out, packed):
 @pytest.mark.parametrize("out_dtype", [np.float32, np.float16], ids=["f32", "f16"])
 @FETCHES
 def test_generated(case, out_dtype, packed):
-    """Empty rows, one dense row (split over segments with fp32 atomics; whole with fp16 out), odd shapes."""
+    """Empty rows, one dense row (split over segments: fp32 atomics into C, or into fp32 partial sums
+    rounded into an fp16 C), odd shapes."""
     rng = np.random.default_rng(0)
     A = formats.CSR.from_scipy(irregular_matrices(rng)[case])
     B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
@@ -142,13 +143,21 @@ def test_larger_uniform_matrix():
 
 
 def test_bound_product_replays():
-    """A bound product called again replays a CUDA graph: bit for bit with a 16-bit output (no atomics);
-    within the bound with split rows added atomically (their order may differ)."""
+    """A bound product called again replays a CUDA graph (zero, kernel and, for a 16-bit C, the finish
+    pass): bit for bit on the rows no segment shares; within the bound on the split rows, whose partial
+    sums are added atomically (their order may differ)."""
     from numba import cuda
+
+    from formats.segments import segment_plan
+    from nbspmm.kernels import segments
 
     rng = np.random.default_rng(2)
     A = formats.CSR.from_scipy(irregular_matrices(rng)["arrow"])
-    B = cuda.to_device(rng.standard_normal((A.shape[1], 200)).astype(np.float16))
+    shared = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=segments.SEGMENT_PIECES).shared_rows
+    whole = np.setdiff1d(np.arange(A.shape[0]), shared)
+    assert shared.size and whole.size
+    B_host = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
+    B = cuda.to_device(B_host)
     for out_dtype in (np.float16, np.float32):
         C = cuda.device_array((A.shape[0], 200), out_dtype)
         bound = operator(A, out_dtype).bind(B, C)
@@ -158,10 +167,33 @@ def test_bound_product_replays():
             C.copy_to_device(np.full(C.shape, np.nan, out_dtype))
             bound()
             again = C.copy_to_host()
-            if out_dtype == np.float16:
-                assert np.array_equal(again, first)
-            else:
-                assert np.allclose(again, first, rtol=1e-5, atol=1e-5) and not np.isnan(again).any()
+            assert np.array_equal(again[whole], first[whole])
+            assert_elements_close(again.astype(np.float64), sp.csr_array(A.to_scipy()), cast(B_host, A.dtype),
+                                  out_dtype, f"segments replay {np.dtype(out_dtype).name}")
+
+
+@pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_split_rows_with_a_16_bit_c_sum_in_fp32(out_dtype):
+    """Long rows split over many segments with a 16-bit C: the parts meet in fp32 partial sums, rounded
+    into C once. Row 0's first half sums to about +2^17 and its second half to about -2^17 (either half
+    overflows fp16, 65504), the whole row to a small value: a 16-bit partial sum would give Inf or NaN."""
+    rng = np.random.default_rng(21)
+    M, K, long_row = 64, 4096, 3000
+    dense = np.where(rng.random((M, K)) < 0.01, rng.standard_normal((M, K)), 0.0)
+    columns = rng.choice(K, long_row, replace=False)
+    dense[0] = 0.0
+    dense[0, columns[:long_row // 2]] = 1.0
+    dense[0, columns[long_row // 2:]] = -1.0
+    dense[1, :] = rng.standard_normal(K)                          # a full row: 1024 pieces
+    A = formats.CSR.from_scipy(sp.csr_array(dense), dtype=out_dtype)
+    B = rng.standard_normal((K, 64))
+    B[columns] = 87.0                                             # exact in fp16 and bf16, as are the sums
+    B[columns[0]] = 88.0                                          # row 0: exactly 1.0 in every column
+    B = B.astype(out_dtype)
+    C = product(operator(A, out_dtype), A, B, out_dtype)
+    assert np.isfinite(C).all()
+    assert np.array_equal(C[0], np.ones(64))
+    check_elementwise(operator(A, out_dtype), A, B, out_dtype, f"segments split rows {np.dtype(out_dtype).name}")
 
 
 def test_refused_without_experimental():

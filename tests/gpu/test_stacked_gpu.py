@@ -46,6 +46,20 @@ def test_products_and_ragged_shapes(variant, M, K, N):
     check_product(op, A, rng.standard_normal((K, N)).astype(np.float16), np.float32, f"{variant} {M}x{K}x{N}")
 
 
+@pytest.mark.parametrize("out_dtype,kernel", [(np.float32, "v4-stacked"), (np.float16, "v4-tma-stacked")])
+def test_the_default_kernel_follows_the_output(out_dtype, kernel):
+    """No kernel named: v4 for an fp32 C (bcsr.STACKED_F32_VARIANT), v4-tma for a 16-bit one; both
+    orientations."""
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(4)
+    A = stacked_matrix(rng, 330, 452)
+    op = SpMMOperator(A, out_dtype=out_dtype, experimental=True)
+    assert op.kernel == kernel
+    check_product(op, A, rng.standard_normal((452, 136)).astype(np.float16), out_dtype, f"default {kernel}")
+    check_linear(op, A, rng.standard_normal((136, 452)).astype(np.float16), out_dtype, f"default {kernel} linear")
+
+
 @pytest.mark.parametrize("variant", ["v4", "v4-tma"])
 @pytest.mark.parametrize("N", [1, 136, 600])
 def test_the_linear_orientation(variant, N):
