@@ -402,14 +402,16 @@ class PreparedSegments:
     def _partials_buffer(self, N: int):
         """The fp32 partial sums of the shared rows (one row each), one buffer per N, shared by every
         product of that width: they are all enqueued on one stream, so they run one after another."""
-        rows = 1 if self.shared_rows is None else self.shared_rows.shape[0]
+        n_shared = 1 if self.shared_rows is None else self.shared_rows.shape[0]
         if N not in self._partials:
-            self._partials[N] = cuda.device_array((rows, N), dtype=np.float32)
+            self._partials[N] = cuda.device_array((n_shared, N), dtype=np.float32)
         return self._partials[N]
 
     def _split_row_steps(self, C, N):
         """(partials, steps before the kernel, steps after it) for the split rows: an fp32 C zeroes them
         and takes the atomics itself; a 16-bit C zeroes its partial sums, then has them rounded into it."""
+        from nbspmm.launch import PackedLaunch
+
         if self.shared_rows is None:
             return (C if not self.separate_partials else self._partials_buffer(1)), [], []
         grid = math.ceil(self.shared_rows.shape[0] * N / rows.HELPER_THREADS)
