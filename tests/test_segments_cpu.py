@@ -71,6 +71,22 @@ def test_plan_packs_short_rows_and_splits_long_ones():
     assert whole.segment_piece.tolist() == [0, 28, 29] and whole.shared_rows.size == 0   # row 3 stays whole
 
 
+def test_auto_segment_pieces_fill_the_gpu_before_lengthening_segments():
+    """16 pieces a segment where that still leaves a segment for every resident lane group; fewer, down
+    to 1, for small matrices (132 SMs: 132 × 3 blocks × 16 groups = 6336 segments wanted)."""
+    resident = 132 * segments.MIN_BLOCKS_PER_SM * (segments.THREADS // segments.FILL_LANES)
+    assert resident == 6336
+
+    def rows_of(lengths):
+        return np.concatenate([[0], np.cumsum(lengths)])
+
+    assert segments.auto_segment_pieces(rows_of(np.full(2**20, 16)), 132) == segments.SEGMENT_PIECES == 16
+    assert segments.auto_segment_pieces(rows_of(np.full(1138, 7)), 132) == 1        # jagmesh7-sized: 2276 pieces
+    assert segments.auto_segment_pieces(rows_of(np.full(resident * 5, 4)), 132) == 5  # 5 pieces per wanted segment
+    assert segments.auto_segment_pieces(rows_of(np.zeros(3, int)), 132) == 1        # empty rows: one piece each
+    assert segments.auto_segment_pieces(rows_of(np.full(resident * 5, 4)), 66) == 10  # half the SMs: twice as long
+
+
 def test_panel_order_visits_every_block_once():
     for item_blocks, slices_per_panel, n_slices in [(5, 1, 1), (5, 2, 5), (3, 4, 4), (7, 3, 8), (1, 1, 6)]:
         seen = [segments.panel_position(b, item_blocks, slices_per_panel, n_slices)
@@ -207,6 +223,18 @@ def test_sass_16_byte_loads_all_in_flight(in_kind, out_kind, lanes):
     assert "rem_s64" not in k.sass and "div.s64" not in k.ptx     # 32-bit grid arithmetic
     assert any(m.startswith("REDG.E.ADD.F32") for m in found)   # split rows: fp32 atomics, into C or the partials
     assert ("STG.E.128" if out_kind == "f32" else "STG.E.64") in found             # an octet: two vector stores
+
+
+@pytest.mark.parametrize("out_kind,conversion", [("f16", "F2FP.F16.F32.PACK_AB"), ("bf16", "FSETP.NAN.AND")])
+def test_finish_pass_rounds_the_partial_sums_to_c_type(out_kind, conversion):
+    """The split rows of a 16-bit C: the finish kernel converts fp32 partial sums by make_storer (fp16: one
+    F2FP; bf16: round to nearest even on the bits, NaN kept), not by a numeric cast to C's uint16 bits."""
+    from ptx_snippets.inspect import inspect_kernel, instructions
+
+    k = inspect_kernel(segments.finish_function(out_kind), segments.finish_signature(out_kind))
+    found = instructions(k.sass)
+    assert conversion in found and "STG.E.U16" in found, sorted(found)
+    assert not any(m.startswith("F2I.U16") or m.startswith("F2I.FTZ.U16") for m in found)
 
 
 def test_sass_element_paths_for_ragged_n():

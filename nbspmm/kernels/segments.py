@@ -73,10 +73,15 @@ LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
 # against 4 lanes on a GPU (scripts/tune.py segments), and format="auto"'s cost model was fitted on runs
 # whose narrowest default was 4 lanes. Lower it only with a measurement that says so.
 NARROWEST_DEFAULT_LANES = 4
-# Pieces per segment: at most 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
+# Pieces per segment at most: 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
 # scripts/tune.py segments): R-MAT 2^20 908 against 1170 µs, uniform 2^20 1476 against 1575 µs — half the
 # segments, so half the flushes and half the atomics of split rows.
 SEGMENT_PIECES = 16
+# ... but a small matrix cut that coarsely leaves most of the GPU idle (jagmesh7, 2268 pieces: 142
+# segments of 16, 9 thread blocks; 16.0 µs against 8.2 µs for the row kernel, H100, b1d1d94). The default
+# (segment_pieces="auto") shortens segments until every lane group the GPU holds at once has one: SMs ×
+# MIN_BLOCKS_PER_SM blocks × THREADS / FILL_LANES groups, FILL_LANES the group that covers N = 128.
+FILL_LANES = 16
 L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
 # Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
 POINTER_PAD = 2
@@ -255,21 +260,30 @@ def _make_flush(out_kind: str, vector_store: bool):
     return flush
 
 
-def _finish_shared_rows(partials, shared_rows, C):
-    """C[shared_rows[r], c] = partials[r, c], rounded once to C's type: the split rows of a 16-bit C,
-    after the kernel has added every segment's sums into their fp32 rows."""
-    i = cuda.grid(1)
-    n = C.shape[1]
-    if i < shared_rows.shape[0] * n:
-        C[shared_rows[i // n], i % n] = partials[i // n, i % n]
+@functools.lru_cache(maxsize=None)
+def finish_function(out_kind: str):
+    """C[shared_rows[r], c] = partials[r, c], rounded once to C's type (``make_storer``: a bf16 C holds
+    its bits as uint16): the split rows of a 16-bit C, after the kernel has added every segment's sums
+    into their fp32 rows. One thread an element."""
+    convert = make_storer(out_kind)
+
+    def finish_shared_rows(partials, shared_rows, C):
+        i = cuda.grid(1)
+        n = C.shape[1]
+        if i < shared_rows.shape[0] * n:
+            C[shared_rows[i // n], i % n] = convert(partials[i // n, i % n])
+    return finish_shared_rows
+
+
+def finish_signature(out_kind: str):
+    from numba import from_dtype
+
+    return (types.Array(types.float32, 2, "C"), types.int32[::1], types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"))
 
 
 @functools.lru_cache(maxsize=None)
 def finish_kernel(out_kind: str):
-    from numba import from_dtype
-
-    return cuda.jit((types.Array(types.float32, 2, "C"), types.int32[::1],
-                     types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C")))(_finish_shared_rows)
+    return cuda.jit(finish_signature(out_kind))(finish_function(out_kind))
 
 
 @functools.lru_cache(maxsize=None)
@@ -383,6 +397,7 @@ class PreparedSegments:
     plan_arrays: tuple            # device (segment_piece, piece_begin padded, piece_row, piece_flush)
     shared_rows: object           # device int32 rows of C split over segments (None: none)
     arrays: tuple                 # device (indices, data), or packed pieces (device_packed_pieces)
+    segment_pieces: int           # pieces per segment at most (the plan's)
     lanes: int | None = None      # lanes per segment (None: default_lanes by K, N)
     panel_columns: int | None = None
     min_blocks_per_sm: int = MIN_BLOCKS_PER_SM
@@ -481,10 +496,19 @@ def device_packed_pieces(plan, indices, data) -> tuple:
             np.ascontiguousarray(values).view(np.uint64).reshape(-1))
 
 
-def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
+def auto_segment_pieces(indptr, sms: int) -> int:
+    """Pieces per segment for a CSR with row pointers `indptr` on a GPU of `sms` SMs: SEGMENT_PIECES, or
+    fewer where that many would give fewer segments than the GPU holds lane groups at once."""
+    lengths = np.diff(np.asarray(indptr, dtype=np.int64))
+    n_pieces = int(np.maximum(1, -(-lengths // GROUP)).sum())
+    resident_groups = sms * MIN_BLOCKS_PER_SM * (THREADS // FILL_LANES)
+    return int(min(SEGMENT_PIECES, max(1, n_pieces // resident_groups)))
+
+
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int | str = "auto",
             lanes: int | None = None, panel_columns: int | None = None,
             min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, packed: bool = False, output_rows=None) -> PreparedSegments:
-    """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
+    """``segment_pieces`` (pieces of GROUP nonzeros per segment; "auto": ``auto_segment_pieces``), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
     in fp32 partial sums rounded into C by a second pass. ``packed``: the nonzeros
@@ -498,6 +522,10 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
         raise ValueError(f"lanes must be one of {LANE_GROUPS} or None, got {lanes!r}")
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
+    if segment_pieces == "auto":
+        from nbspmm.kernels.pipeline import sm_count
+
+        segment_pieces = auto_segment_pieces(fmt.indptr, sm_count())
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
                         output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
                                                                                                 fmt.shape[0]))
@@ -511,8 +539,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     return PreparedSegments("csr-segments-packed" if packed else "csr-segments", tuple(fmt.shape), in_kind, out_kind,
                             tuple(to_device(a) for a in device_plan(plan, separate_partials=out_kind != "f32")),
                             to_device(shared) if shared.size else None,
-                            tuple(to_device(a) for a in nonzeros), lanes, panel_columns, min_blocks_per_sm,
-                            bool(packed))
+                            tuple(to_device(a) for a in nonzeros), plan.segment_pieces, lanes, panel_columns,
+                            min_blocks_per_sm, bool(packed))
 
 
 register(KernelSpec(

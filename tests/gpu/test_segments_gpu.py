@@ -153,14 +153,15 @@ def test_bound_product_replays():
 
     rng = np.random.default_rng(2)
     A = formats.CSR.from_scipy(irregular_matrices(rng)["arrow"])
-    shared = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=segments.SEGMENT_PIECES).shared_rows
-    whole = np.setdiff1d(np.arange(A.shape[0]), shared)
-    assert shared.size and whole.size
     B_host = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
     B = cuda.to_device(B_host)
     for out_dtype in (np.float16, np.float32):
+        op = operator(A, out_dtype)
+        shared = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=op._prepared.segment_pieces).shared_rows
+        whole = np.setdiff1d(np.arange(A.shape[0]), shared)
+        assert shared.size and whole.size
         C = cuda.device_array((A.shape[0], 200), out_dtype)
-        bound = operator(A, out_dtype).bind(B, C)
+        bound = op.bind(B, C)
         bound()
         first = C.copy_to_host()
         for _ in range(3):
