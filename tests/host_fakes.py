@@ -83,9 +83,6 @@ class FakePrepared:
                 c[...] = ref.astype(c.dtype)
 
 
-FAKE_SMS = 132
-
-
 def fake_gpu(monkeypatch) -> FakeDevice:
     """Patch numba.cuda, the Hopper check and the kernel table of nbspmm.api; returns the fake device."""
     from numba import cuda
@@ -96,9 +93,6 @@ def fake_gpu(monkeypatch) -> FakeDevice:
     for name in ("to_device", "device_array", "as_cuda_array", "synchronize"):
         monkeypatch.setattr(cuda, name, getattr(device, name))
     monkeypatch.setattr(api, "require_hopper", lambda: "fake Hopper")
-    from nbspmm.kernels import pipeline
-
-    monkeypatch.setattr(pipeline, "sm_count", lambda: FAKE_SMS)      # an H200's / H100's 132 SMs
     monkeypatch.setattr(api.memory, "device_memory_info", lambda: (1 << 40, 1 << 40))
     monkeypatch.setattr(api.interop, "synchronize", lambda stream: None)   # fake launches finish at once
 

@@ -170,7 +170,7 @@ def test_segment_plan_writes_a_row_order(monkeypatch, method, split_rows):
     assert np.array_equal(prepared.plan_arrays[2].host, segment_plan(
         csr.indptr, group=segments.GROUP, segment_pieces=prepared.segment_pieces,
         output_rows=csr.row_order).piece_row)
-    assert prepared.segment_pieces == segments.auto_segment_pieces(csr.indptr, 132)
+    assert prepared.segment_pieces == segments.SEGMENT_PIECES
 
 
 def test_operator_reorders_the_csr_kernels(monkeypatch):

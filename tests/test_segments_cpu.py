@@ -71,22 +71,6 @@ def test_plan_packs_short_rows_and_splits_long_ones():
     assert whole.segment_piece.tolist() == [0, 28, 29] and whole.shared_rows.size == 0   # row 3 stays whole
 
 
-def test_auto_segment_pieces_fill_the_gpu_before_lengthening_segments():
-    """16 pieces a segment where that still leaves a segment for every resident lane group; fewer, down
-    to 1, for small matrices (132 SMs: 132 × 3 blocks × 16 groups = 6336 segments wanted)."""
-    resident = 132 * segments.MIN_BLOCKS_PER_SM * (segments.THREADS // segments.FILL_LANES)
-    assert resident == 6336
-
-    def rows_of(lengths):
-        return np.concatenate([[0], np.cumsum(lengths)])
-
-    assert segments.auto_segment_pieces(rows_of(np.full(2**20, 16)), 132) == segments.SEGMENT_PIECES == 16
-    assert segments.auto_segment_pieces(rows_of(np.full(1138, 7)), 132) == 1        # jagmesh7-sized: 2276 pieces
-    assert segments.auto_segment_pieces(rows_of(np.full(resident * 5, 4)), 132) == 5  # 5 pieces per wanted segment
-    assert segments.auto_segment_pieces(rows_of(np.zeros(3, int)), 132) == 1        # empty rows: one piece each
-    assert segments.auto_segment_pieces(rows_of(np.full(resident * 5, 4)), 66) == 10  # half the SMs: twice as long
-
-
 def test_panel_order_visits_every_block_once():
     for item_blocks, slices_per_panel, n_slices in [(5, 1, 1), (5, 2, 5), (3, 4, 4), (7, 3, 8), (1, 1, 6)]:
         seen = [segments.panel_position(b, item_blocks, slices_per_panel, n_slices)

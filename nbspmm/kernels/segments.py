@@ -73,15 +73,14 @@ LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
 # against 4 lanes on a GPU (scripts/tune.py segments), and format="auto"'s cost model was fitted on runs
 # whose narrowest default was 4 lanes. Lower it only with a measurement that says so.
 NARROWEST_DEFAULT_LANES = 4
-# Pieces per segment at most: 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
+# Pieces per segment: at most 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
 # scripts/tune.py segments): R-MAT 2^20 908 against 1170 µs, uniform 2^20 1476 against 1575 µs — half the
 # segments, so half the flushes and half the atomics of split rows.
 SEGMENT_PIECES = 16
-# ... but a small matrix cut that coarsely leaves most of the GPU idle (jagmesh7, 2268 pieces: 142
-# segments of 16, 9 thread blocks; 16.0 µs against 8.2 µs for the row kernel, H100, b1d1d94). The default
-# (segment_pieces="auto") shortens segments until every lane group the GPU holds at once has one: SMs ×
-# MIN_BLOCKS_PER_SM blocks × THREADS / FILL_LANES groups, FILL_LANES the group that covers N = 128.
-FILL_LANES = 16
+# Shorter segments where a matrix is too small to fill the GPU were measured and rejected: cut until every
+# resident lane group (132 SMs x 3 blocks x 16 groups) had a segment, 9 of the 13 real matrices got
+# slower (n1024-l1 24.4 against 13.1 µs, bcsstk13 24.1 against 15.6) and 4 faster (citeseer 10.2 against
+# 16.9): geomean 0.89x at N = 128 (H100, commits b1d1d94 and 7c1dd40).
 L2_BYTES = 50 * 2**20             # H200 L2 (50 MB): a panel's B columns (K rows of them) should fit it
 # Row-pointer entries past the last piece: the pipeline reads the pointers of up to two pieces ahead.
 POINTER_PAD = 2
@@ -496,19 +495,10 @@ def device_packed_pieces(plan, indices, data) -> tuple:
             np.ascontiguousarray(values).view(np.uint64).reshape(-1))
 
 
-def auto_segment_pieces(indptr, sms: int) -> int:
-    """Pieces per segment for a CSR with row pointers `indptr` on a GPU of `sms` SMs: SEGMENT_PIECES, or
-    fewer where that many would give fewer segments than the GPU holds lane groups at once."""
-    lengths = np.diff(np.asarray(indptr, dtype=np.int64))
-    n_pieces = int(np.maximum(1, -(-lengths // GROUP)).sum())
-    resident_groups = sms * MIN_BLOCKS_PER_SM * (THREADS // FILL_LANES)
-    return int(min(SEGMENT_PIECES, max(1, n_pieces // resident_groups)))
-
-
-def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int | str = "auto",
+def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
             min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, packed: bool = False, output_rows=None) -> PreparedSegments:
-    """``segment_pieces`` (pieces of GROUP nonzeros per segment; "auto": ``auto_segment_pieces``), ``lanes`` (per segment: 32 / rows per
+    """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
     in fp32 partial sums rounded into C by a second pass. ``packed``: the nonzeros
@@ -522,10 +512,6 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
         raise ValueError(f"lanes must be one of {LANE_GROUPS} or None, got {lanes!r}")
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
-    if segment_pieces == "auto":
-        from nbspmm.kernels.pipeline import sm_count
-
-        segment_pieces = auto_segment_pieces(fmt.indptr, sm_count())
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
                         output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
                                                                                                 fmt.shape[0]))
