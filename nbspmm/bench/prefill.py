@@ -89,12 +89,19 @@ def recorded_results(directory=None) -> list:
     return sorted(found, key=lambda r: (r.data.get("settings", {}).get("layers", 0), r.date, r.path.name))
 
 
-def recorded_result(directory=None, orientation=None):
+def recorded_block(result: dict) -> tuple:
+    """The BCSR block shape of a recorded run (runs from before ``--linear-block`` used LINEAR_BLOCK)."""
+    return tuple(result.get("settings", {}).get("linear_block") or LINEAR_BLOCK)
+
+
+def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK):
     """The recorded prefill run with the most decoder layers (the newest of those), checked, or None; with
     `orientation` ("linear" / "transpose"), only runs whose settings name that BlockSparseLinear
-    orientation (runs from before the option name none)."""
+    orientation (runs from before the option name none); only runs pruned in `block` blocks (the
+    issue's 64 × 64 by default; None: any)."""
     found = [r for r in recorded_results(directory)
-             if orientation is None or r.data.get("settings", {}).get("orientation") == orientation]
+             if (orientation is None or r.data.get("settings", {}).get("orientation") == orientation)
+             and (block is None or recorded_block(r.data) == tuple(block))]
     return found[-1] if found else None
 
 
