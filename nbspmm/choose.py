@@ -137,8 +137,7 @@ def _segments_features(c: Counts, n: int) -> dict[str, float]:
     # Every lane group walks its segments once per column slice of lanes × 8 columns (the lanes chosen
     # as the kernel does, by K and N): each slice re-reads the pieces' indices and values. A piece is a
     # round of up to GROUP B-row loads, the next piece's indices loaded meanwhile. A row longer than one
-    # segment is split (fp32 atomics) and its rows zeroed first: one more launch. (The longest segment,
-    # SEGMENT_PIECES pieces: a small matrix's are shorter, auto_segment_pieces, and split more rows.)
+    # segment is split (fp32 atomics) and its rows zeroed first: one more launch.
     lanes = segment_kernel.default_lanes(c.k, n, VALUE_BYTES)
     slices = -(-n // (lanes * segment_kernel.OCTET))
     segment_nonzeros = segment_kernel.GROUP * segment_kernel.SEGMENT_PIECES

@@ -68,10 +68,11 @@ def test_recorded_result_is_checked_or_absent(tmp_path):
 def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation(tmp_path):
     import json
 
-    def write(name, layers, date, orientation=None, block=None):
+    def write(name, layers, date, orientation=None, block=None, commit="9078b16"):
         settings = {"layers": layers, **({"orientation": orientation} if orientation else {}),
                     **({"linear_block": block} if block else {})}
-        record = {"schema": prefill.SCHEMA, "environment": {"date": date, "gpu": "NVIDIA H100"},
+        record = {"schema": prefill.SCHEMA, "environment": {"date": date, "gpu": "NVIDIA H100",
+                                                            "commit": {"hash": commit, "dirty": False}},
                   "settings": settings, "rows": rows()}
         (tmp_path / name).write_text(json.dumps(record))
 
@@ -80,13 +81,16 @@ def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation
     write("prefill_28layers_linear_h100.json", 28, "2026-12-05T16:39:18", "linear")
     write("prefill_4layers_linear.json", 4, "2026-12-06T00:00:00", "linear")   # newer, but fewer layers
     write("prefill_28layers_128x64.json", 28, "2026-12-07T00:00:00", "linear", [128, 64])   # newest: other blocks
+    write("prefill_28layers_later.json", 28, "2026-12-07T01:00:00", "linear", commit="b4389d6")   # a later commit
     (tmp_path / "bench_llm.json").write_text("{}")                            # not a prefill file: not read
     assert [r.path.name for r in prefill.recorded_results(tmp_path)] == [
         prefill.RESULT_FILE, "prefill_4layers_linear.json",
-        "prefill_28layers_transpose_h100.json", "prefill_28layers_linear_h100.json", "prefill_28layers_128x64.json"]
-    assert prefill.recorded_result(tmp_path).path.name == "prefill_28layers_linear_h100.json"
+        "prefill_28layers_transpose_h100.json", "prefill_28layers_linear_h100.json", "prefill_28layers_128x64.json",
+        "prefill_28layers_later.json"]
+    assert prefill.recorded_result(tmp_path).path.name == "prefill_28layers_later.json"
+    assert prefill.recorded_result(tmp_path, commit="9078b16").path.name == "prefill_28layers_linear_h100.json"
     assert prefill.recorded_result(tmp_path, block=(128, 64)).path.name == "prefill_28layers_128x64.json"
-    assert prefill.recorded_result(tmp_path, block=None).path.name == "prefill_28layers_128x64.json"
+    assert prefill.recorded_result(tmp_path, block=None).path.name == "prefill_28layers_later.json"
     assert prefill.recorded_result(tmp_path, "transpose").path.name == "prefill_28layers_transpose_h100.json"
     assert prefill.recorded_result(tmp_path, "linear").data["settings"]["layers"] == 28
     assert prefill.recorded_result(tmp_path / "absent") is None

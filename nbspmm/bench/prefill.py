@@ -94,14 +94,18 @@ def recorded_block(result: dict) -> tuple:
     return tuple(result.get("settings", {}).get("linear_block") or LINEAR_BLOCK)
 
 
-def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK):
+def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK, commit=None):
     """The recorded prefill run with the most decoder layers (the newest of those), checked, or None; with
     `orientation` ("linear" / "transpose"), only runs whose settings name that BlockSparseLinear
     orientation (runs from before the option name none); only runs pruned in `block` blocks (the
-    issue's 64 × 64 by default; None: any)."""
+    issue's 64 × 64 by default; None: any); with `commit`, only runs of that commit (as the record's
+    environment names it: ``nbspmm.teach.recorded.commit_text``)."""
+    from nbspmm.teach.recorded import commit_text
+
     found = [r for r in recorded_results(directory)
              if (orientation is None or r.data.get("settings", {}).get("orientation") == orientation)
-             and (block is None or recorded_block(r.data) == tuple(block))]
+             and (block is None or recorded_block(r.data) == tuple(block))
+             and (commit is None or commit_text(r.environment) == commit)]
     return found[-1] if found else None
 
 

@@ -407,9 +407,7 @@ class PreparedSegments:
 
         self.bound_cache = BoundCache(self.bind)
         self._partials: dict = {}
-        # A 16-bit C takes no fp32 atomics: its split rows add into rows of fp32 partial sums (the plan's
-        # piece_row names them: partial_rows), zeroed before the kernel and rounded into C after it.
-        self.separate_partials = self.out_kind != "f32"
+        self.separate_partials = partials_apart_from_c(self.out_kind)
         n_shared = 0 if self.shared_rows is None else self.shared_rows.shape[0]
         self._partial_slots = cuda.to_device(np.arange(max(n_shared, 1), dtype=np.int32))
 
@@ -426,8 +424,8 @@ class PreparedSegments:
         and takes the atomics itself; a 16-bit C zeroes its partial sums, then has them rounded into it."""
         from nbspmm.launch import PackedLaunch
 
-        if self.shared_rows is None:
-            return (C if not self.separate_partials else self._partials_buffer(1)), [], []
+        if self.shared_rows is None:      # no row is split: the kernel never adds (a placeholder for 16-bit C)
+            return (self._partials_buffer(1) if self.separate_partials else C), [], []
         grid = math.ceil(self.shared_rows.shape[0] * N / rows.HELPER_THREADS)
         zero = PackedLaunch(rows.zero_kernel("f32" if self.separate_partials else self.out_kind),
                             block=rows.HELPER_THREADS)
@@ -472,6 +470,13 @@ class PreparedSegments:
         from nbspmm.kernels.prepared import launch_cached
 
         launch_cached(self, B, C, stream)     # stream: a CUstream, None = the legacy default stream
+
+
+def partials_apart_from_c(out_kind: str) -> bool:
+    """Whether the split rows add into fp32 partial sums apart from C: a 16-bit C takes no fp32 atomics, so
+    its split rows' sums meet in rows of fp32 (the plan's ``partial_rows``), zeroed before the kernel and
+    rounded into C after it (``finish_kernel``); an fp32 C takes the atomics itself."""
+    return out_kind != "f32"
 
 
 def device_plan(plan, separate_partials: bool = False) -> tuple:
@@ -523,7 +528,7 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
     shared = plan.shared_rows
     return PreparedSegments("csr-segments-packed" if packed else "csr-segments", tuple(fmt.shape), in_kind, out_kind,
-                            tuple(to_device(a) for a in device_plan(plan, separate_partials=out_kind != "f32")),
+                            tuple(to_device(a) for a in device_plan(plan, partials_apart_from_c(out_kind))),
                             to_device(shared) if shared.size else None,
                             tuple(to_device(a) for a in nonzeros), plan.segment_pieces, lanes, panel_columns,
                             min_blocks_per_sm, bool(packed))
