@@ -109,15 +109,16 @@ class BlockSparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None,
-                   orientation: str = DEFAULT_ORIENTATION, experimental: bool = False):
-        """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor."""
+                   orientation: str = DEFAULT_ORIENTATION, experimental: bool = False, per_row: bool = False):
+        """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor; ``per_row``:
+        every block row keeps the same number of blocks (equal work per row for the kernel)."""
         if isinstance(linear_or_weight, nn.Linear):
             weight, bias = linear_or_weight.weight.detach(), linear_or_weight.bias
             bias = None if bias is None else bias.detach()
         else:
             weight, bias = torch.as_tensor(linear_or_weight).detach(), None
         scores = weight.float().cpu().numpy()
-        mask = pruning.magnitude_block_mask(scores, sparsity, block)
+        mask = pruning.magnitude_block_mask(scores, sparsity, block, per_row)
         return cls.from_block_mask(weight, mask, block, bias, dtype, orientation, experimental)
 
     def to_dense(self) -> torch.Tensor:

@@ -46,6 +46,8 @@ def test_cli_prefill_runs_alone_and_needs_a_gpu(capsys):
     assert "2 layers" in capsys.readouterr().out
     assert main(["bench", "--suite", "prefill", "--linear-block", "128x64", "--dry-run"]) == 0
     assert "blocks 128x64" in capsys.readouterr().out
+    assert main(["bench", "--suite", "prefill", "--per-row-blocks", "--dry-run"]) == 0
+    assert "per_row block masks" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "prefill", "--linear-block", "128"])
     assert "ROWSxCOLS" in capsys.readouterr().err
@@ -68,9 +70,9 @@ def test_recorded_result_is_checked_or_absent(tmp_path):
 def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation(tmp_path):
     import json
 
-    def write(name, layers, date, orientation=None, block=None, commit="9078b16"):
+    def write(name, layers, date, orientation=None, block=None, commit="9078b16", mask=None):
         settings = {"layers": layers, **({"orientation": orientation} if orientation else {}),
-                    **({"linear_block": block} if block else {})}
+                    **({"linear_block": block} if block else {}), **({"linear_mask": mask} if mask else {})}
         record = {"schema": prefill.SCHEMA, "environment": {"date": date, "gpu": "NVIDIA H100",
                                                             "commit": {"hash": commit, "dirty": False}},
                   "settings": settings, "rows": rows()}
@@ -82,15 +84,18 @@ def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation
     write("prefill_4layers_linear.json", 4, "2026-12-06T00:00:00", "linear")   # newer, but fewer layers
     write("prefill_28layers_128x64.json", 28, "2026-12-07T00:00:00", "linear", [128, 64])   # newest: other blocks
     write("prefill_28layers_later.json", 28, "2026-12-07T01:00:00", "linear", commit="b4389d6")   # a later commit
+    write("prefill_28layers_per_row.json", 28, "2026-12-07T02:00:00", "linear", mask=prefill.PER_ROW_MASK)
     (tmp_path / "bench_llm.json").write_text("{}")                            # not a prefill file: not read
     assert [r.path.name for r in prefill.recorded_results(tmp_path)] == [
         prefill.RESULT_FILE, "prefill_4layers_linear.json",
         "prefill_28layers_transpose_h100.json", "prefill_28layers_linear_h100.json", "prefill_28layers_128x64.json",
-        "prefill_28layers_later.json"]
+        "prefill_28layers_later.json", "prefill_28layers_per_row.json"]
     assert prefill.recorded_result(tmp_path).path.name == "prefill_28layers_later.json"
     assert prefill.recorded_result(tmp_path, commit="9078b16").path.name == "prefill_28layers_linear_h100.json"
     assert prefill.recorded_result(tmp_path, block=(128, 64)).path.name == "prefill_28layers_128x64.json"
     assert prefill.recorded_result(tmp_path, block=None).path.name == "prefill_28layers_later.json"
+    assert prefill.recorded_result(tmp_path, mask=prefill.PER_ROW_MASK).path.name == "prefill_28layers_per_row.json"
+    assert prefill.recorded_result(tmp_path, block=None, mask=None).path.name == "prefill_28layers_per_row.json"
     assert prefill.recorded_result(tmp_path, "transpose").path.name == "prefill_28layers_transpose_h100.json"
     assert prefill.recorded_result(tmp_path, "linear").data["settings"]["layers"] == 28
     assert prefill.recorded_result(tmp_path / "absent") is None

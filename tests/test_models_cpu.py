@@ -21,6 +21,10 @@ def test_causal_block_table_keeps_the_diagonal_and_the_asked_fraction():
 def test_random_linear_mask_exact_count():
     mask = masks.random_linear_mask((512, 3584), (64, 64), 0.9, np.random.default_rng(1))
     assert mask.shape == (8, 56) and mask.sum() == round(0.1 * 8 * 56)
+    assert len(set(mask.sum(axis=1))) > 1                          # uniform over the weight: rows differ
+    per_row = masks.random_linear_mask((3584, 18944), (64, 64), 0.9, np.random.default_rng(1), per_row=True)
+    assert per_row.shape == (56, 296) and (per_row.sum(axis=1) == round(0.1 * 296)).all()
+    assert per_row.any(axis=0).sum() > 250                         # ... at random columns, not the same ones
 
 
 def test_flex_block_mask_computes_exactly_the_tables_attention():

@@ -37,6 +37,29 @@ def test_mask_counts_and_ragged_edges():
         pruning.magnitude_block_mask(weight, 1.0)
 
 
+def test_per_row_mask_keeps_each_block_rows_largest():
+    """per_row=True: every block row keeps round((1 - sparsity) · block columns) blocks, its largest —
+    where the global mask keeps two of block row 0's and none of row 1's."""
+    weight = np.zeros((4, 12))
+    weight[0:2] = np.repeat([9.0, 8.0, 7.0], 4)                 # block row 0: norms 9 > 8 > 7 (x sqrt 8)
+    weight[2:4] = np.repeat([1.0, 3.0, 2.0], 4)                 # block row 1: 1 < 3 > 2
+    assert pruning.magnitude_block_mask(weight, 2 / 3, (2, 4)).tolist() == [[True, True, False], [False, False, False]]
+    mask = pruning.magnitude_block_mask(weight, 2 / 3, (2, 4), per_row=True)
+    assert mask.tolist() == [[True, False, False], [False, True, False]]
+    wide = pruning.magnitude_block_mask(np.random.default_rng(3).standard_normal((256, 1280)), 0.9, (64, 64), per_row=True)
+    assert (wide.sum(axis=1) == 2).all()                       # round(0.1 · 20) per block row
+    with pytest.raises(ValueError, match="in \\[0, 1\\)"):
+        pruning.magnitude_block_mask(weight, 1.0, (2, 4), per_row=True)
+
+
+def test_from_dense_per_row():
+    linear = masked_linear(320, 640)
+    layer = BlockSparseLinear.from_dense(linear, sparsity=0.5, block=(64, 64), per_row=True)
+    assert (layer.block_mask.sum(dim=1) == 5).all()
+    mask = pruning.magnitude_block_mask(linear.weight.detach().numpy(), 0.5, (64, 64), per_row=True)
+    assert layer.block_mask.numpy().tolist() == mask.tolist()
+
+
 def masked_linear(out_features=192, in_features=136, seed=0):
     torch.manual_seed(seed)
     linear = torch.nn.Linear(in_features, out_features)

@@ -28,6 +28,8 @@ CONFIGS = ("dense", "sparse", "combined")
 CHANGED = {"dense": (), "sparse": ("linear",), "combined": ("linear", "attention")}   # vs the dense model
 LINEAR_SPARSITY = 0.9
 LINEAR_BLOCK = (64, 64)
+# How the linear layers' kept blocks are placed (settings "linear_mask"; runs before the option: random).
+RANDOM_MASK, PER_ROW_MASK = "random", "per_row"     # uniform over the weight / the same count per block row
 ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
 COMPONENTS = ("attention", "linear", "rest")
@@ -94,18 +96,25 @@ def recorded_block(result: dict) -> tuple:
     return tuple(result.get("settings", {}).get("linear_block") or LINEAR_BLOCK)
 
 
-def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK, commit=None):
+def recorded_mask(result: dict) -> str:
+    """How a recorded run placed its kept blocks (RANDOM_MASK for runs from before the option)."""
+    return result.get("settings", {}).get("linear_mask") or RANDOM_MASK
+
+
+def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK, commit=None, mask=RANDOM_MASK):
     """The recorded prefill run with the most decoder layers (the newest of those), checked, or None; with
     `orientation` ("linear" / "transpose"), only runs whose settings name that BlockSparseLinear
     orientation (runs from before the option name none); only runs pruned in `block` blocks (the
-    issue's 64 × 64 by default; None: any); with `commit`, only runs of that commit (as the record's
-    environment names it: ``nbspmm.teach.recorded.commit_text``)."""
+    issue's 64 × 64 by default; None: any) and placed by `mask` (RANDOM_MASK by default; None: any); with
+    `commit`, only runs of that commit (as the record's environment names it:
+    ``nbspmm.teach.recorded.commit_text``)."""
     from nbspmm.teach.recorded import commit_text
 
     found = [r for r in recorded_results(directory)
              if (orientation is None or r.data.get("settings", {}).get("orientation") == orientation)
              and (block is None or recorded_block(r.data) == tuple(block))
-             and (commit is None or commit_text(r.environment) == commit)]
+             and (commit is None or commit_text(r.environment) == commit)
+             and (mask is None or recorded_mask(r.data) == mask)]
     return found[-1] if found else None
 
 
@@ -213,18 +222,21 @@ def run(args) -> int:
     block = tuple(getattr(args, "linear_block", None) or LINEAR_BLOCK)
     if args.dry_run:
         print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
-              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}, blocks {block[0]}x{block[1]}")
+              f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}, blocks {block[0]}x{block[1]}, "
+              f"{PER_ROW_MASK if getattr(args, 'per_row_blocks', False) else RANDOM_MASK} block masks")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
     orientation = getattr(args, "orientation", "linear")
     # A block shape other than the default may need a kernel not yet verified on a GPU (128 x 64: stacked).
+    per_row = bool(getattr(args, "per_row_blocks", False))
     sparse = qwen.sparsify(dense, LINEAR_SPARSITY, block, "sdpa", seed=args.seed, orientation=orientation,
-                           experimental=block != LINEAR_BLOCK)
+                           experimental=block != LINEAR_BLOCK, per_row=per_row)
     models = {"dense": dense, "sparse": sparse, "combined": qwen.with_attention(sparse, "flex")}
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,
                 "linear_sparsity": LINEAR_SPARSITY, "linear_block": block, "attention_keep": ATTENTION_KEEP,
-                "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed, "orientation": orientation}
+                "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed, "orientation": orientation,
+                "linear_mask": PER_ROW_MASK if per_row else RANDOM_MASK}
     result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
         rng = np.random.default_rng(args.seed)

@@ -14,10 +14,14 @@ from nbspmm import pruning
 ATTENTION_BLOCK = 128          # FlexAttention's default tile: 128 query rows × 128 key columns
 
 
-def random_linear_mask(shape: tuple, block: tuple, sparsity: float, rng: np.random.Generator) -> np.ndarray:
+def random_linear_mask(shape: tuple, block: tuple, sparsity: float, rng: np.random.Generator,
+                       per_row: bool = False) -> np.ndarray:
     """A bool block mask of a (out × in) weight keeping round((1 - sparsity) · blocks) blocks at
-    uniformly random positions."""
+    uniformly random positions (``per_row``: round((1 - sparsity) · block columns) in every block row,
+    as ``pruning.magnitude_block_mask(per_row=True)`` keeps)."""
     grid = pruning.block_grid(shape, block)
+    if per_row:
+        return pruning.keep_largest(rng.random(grid), sparsity, per_row=True)
     total = grid[0] * grid[1]
     keep = int(round((1.0 - sparsity) * total))
     mask = np.zeros(total, dtype=bool)

@@ -248,10 +248,12 @@ class QwenDecoder(nn.Module):
 
 
 def sparsify(dense: QwenDecoder, sparsity: float = 0.9, block=(64, 64), attention: str = "sdpa",
-             seed: int = 0, orientation: str = "linear", experimental: bool = False) -> QwenDecoder:
+             seed: int = 0, orientation: str = "linear", experimental: bool = False,
+             per_row: bool = False) -> QwenDecoder:
     """A model sharing dense's norms whose projections are BlockSparseLinear, each keeping a random
-    (seeded) fraction 1 - sparsity of its blocks; `attention` "sdpa" or "flex"; `orientation` the
-    layers' (BlockSparseLinear: "transpose" or "linear"); `experimental` theirs (BlockSparseLinear)."""
+    (seeded) fraction 1 - sparsity of its blocks (``per_row``: of each block row's); `attention` "sdpa"
+    or "flex"; `orientation` the layers' (BlockSparseLinear: "transpose" or "linear"); `experimental`
+    theirs (BlockSparseLinear)."""
     from nbspmm.torch import BlockSparseLinear
 
     rng = np.random.default_rng(seed)
@@ -259,7 +261,7 @@ def sparsify(dense: QwenDecoder, sparsity: float = 0.9, block=(64, 64), attentio
     for layer in model.layers:
         sparse = nn.ModuleDict()
         for name, linear in layer.proj.items():
-            mask = masks.random_linear_mask(tuple(linear.weight.shape), block, sparsity, rng)
+            mask = masks.random_linear_mask(tuple(linear.weight.shape), block, sparsity, rng, per_row)
             bias = None if linear.bias is None else linear.bias.detach()
             sparse[name] = BlockSparseLinear.from_block_mask(linear.weight.detach(), mask, block, bias,
                                                              orientation=orientation, experimental=experimental)
