@@ -3,7 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
-                                     [stacked]
+                                     [stacked] [balance]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -29,6 +29,9 @@
   raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
+  balance   Y = X Wᵀ at 64K tokens for down and gate: the kept 10% of 64 × 64 blocks at random positions
+         against the same count in every block row (``per_row``: equal items, so the persistent CTAs do not
+         drift apart and keep sharing the X tiles in L2);
   stacked   128 × 64 blocks (the stacked schedule, experimental) against the same matrices in 64 × 64
          blocks: 16384² × 8192 at 90% (fp16 / fp32 C, with the loads-only probe) and Y = X Wᵀ per Qwen
          layer (q, k, gate, down) at 64K tokens;
@@ -411,11 +414,12 @@ class LinearLayer:
     """One Qwen layer's W (M x K at 90% block sparsity, `block_shape` blocks) and fp16 X (T x K) and Y
     (T x M) on the GPU, with Y's RASTER_CHECK_FEATURES sampled output features computed in float64."""
 
-    def __init__(self, torch, generator, layer: str, tokens: int, block_shape=(64, 64)):
+    def __init__(self, torch, generator, layer: str, tokens: int, block_shape=(64, 64), per_row: bool = False):
         self.torch, self.tokens = torch, tokens
         m, k = suites.LLM_LAYERS[layer]
-        self.name = f"qwen-{layer}-{m}x{k}" + ("" if block_shape == (64, 64) else f"-{block_shape[0]}x{block_shape[1]}")
-        self.A = suites.block_sparse(m, k, 0.9, seed=1, block_shape=block_shape).tocsr()
+        self.name = (f"qwen-{layer}-{m}x{k}" + ("" if block_shape == (64, 64) else f"-{block_shape[0]}x{block_shape[1]}")
+                     + ("-per-row" if per_row else ""))
+        self.A = suites.block_sparse(m, k, 0.9, seed=1, block_shape=block_shape, per_row=per_row).tocsr()
         self.X = torch.randn(tokens, k, device="cuda", generator=generator).half()
         self.Y = torch.full((tokens, m), float("nan"), device="cuda", dtype=torch.float16)
         features = np.sort(np.random.default_rng(0).choice(m, RASTER_CHECK_FEATURES, replace=False))
@@ -447,6 +451,27 @@ def linear_timer():
     """Fewer samples for the 64K-token layers (each product is milliseconds)."""
     return gpu.EventTimer(gpu.TimingPolicy(samples=10, min_samples=3, host_calls=20, gpu_budget_s=0.4,
                                            host_gpu_budget_s=0.1))
+
+
+BALANCE_LAYERS = ("down", "gate")
+
+
+def part_balance(timer) -> list[dict]:
+    """Random against row-balanced block positions (the same 10%), Y = X Wᵀ at 64K tokens, fp16."""
+    torch = gpu.import_torch()
+    timer = linear_timer()
+    rows = []
+    g = torch.Generator(device="cuda")
+    g.manual_seed(0)
+    for layer in BALANCE_LAYERS:
+        for per_row in (False, True):
+            case = LinearLayer(torch, g, layer, RASTER_TOKENS, per_row=per_row)
+            rows.append(case.time(timer, "per-row blocks" if per_row else "random blocks", {"per_row": per_row}))
+            del case
+            torch.cuda.empty_cache()
+    print_rows("Block positions: random against the same count per block row, nn.Linear orientation, 64K tokens",
+               rows, lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")
+    return rows
 
 
 STACKED_BLOCK = (128, 64)
@@ -516,7 +541,7 @@ def part_raster(timer) -> list[dict]:
 
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
-         "stacked": part_stacked}
+         "stacked": part_stacked, "balance": part_balance}
 
 
 def main() -> int:

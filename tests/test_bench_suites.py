@@ -84,6 +84,15 @@ def test_block_sparse_has_the_requested_block_density_exactly(sparsity):
     assert np.all(matrix.data != 0)
 
 
+def test_block_sparse_per_row_keeps_the_same_count_in_every_block_row():
+    matrix = suites.block_sparse(64 * 12, 64 * 40, 0.9, seed=4, per_row=True)
+    counts = np.diff(matrix.indptr)
+    assert (counts == 4).all() and matrix.indices.size == 48          # round(0.1 · 40) per block row
+    assert all(np.unique(matrix.indices[a:b]).size == 4 for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:]))
+    assert np.unique(matrix.indices).size > 4                          # not the same columns in every row
+    assert len(set(np.diff(suites.block_sparse(64 * 12, 64 * 40, 0.9, seed=4).indptr))) > 1
+
+
 def test_block_sparse_rejects_shapes_that_are_not_whole_blocks():
     with pytest.raises(ValueError, match="multiple of the block shape"):
         suites.block_sparse(100, 128, 0.5, seed=0)

@@ -205,9 +205,10 @@ DEFAULT_BLOCK_SHAPE = (64, 64)
 
 
 def block_sparse(m: int, k: int, block_sparsity: float, seed: int,
-                 block_shape: tuple[int, int] = DEFAULT_BLOCK_SHAPE) -> sp.bsr_matrix:
+                 block_shape: tuple[int, int] = DEFAULT_BLOCK_SHAPE, per_row: bool = False) -> sp.bsr_matrix:
     """Dense ``block_shape`` blocks at uniformly random positions; a fraction ``block_sparsity`` of the
-    (M/BM)·(K/BK) block positions is empty, exactly to one block: nnzb = round((1 - s) · blocks)."""
+    (M/BM)·(K/BK) block positions is empty, exactly to one block: nnzb = round((1 - s) · blocks)
+    (``per_row``: round((1 - s) · K/BK) in every block row, at random columns)."""
     bm, bk = block_shape
     if m % bm or k % bk:
         raise ValueError(f"block-sparse shape must be a multiple of the block shape {block_shape}, "
@@ -217,9 +218,15 @@ def block_sparse(m: int, k: int, block_sparsity: float, seed: int,
     rng = np.random.default_rng(seed)
     block_rows, block_cols = m // bm, k // bk
     total = block_rows * block_cols
-    nnz_blocks = int(round((1.0 - block_sparsity) * total))
-    flat = np.sort(rng.choice(total, size=nnz_blocks, replace=False))
-    rows, cols = np.divmod(flat, block_cols)
+    if per_row:
+        per = int(round((1.0 - block_sparsity) * block_cols))
+        cols = np.concatenate([np.sort(rng.choice(block_cols, size=per, replace=False)) for _ in range(block_rows)])
+        rows = np.repeat(np.arange(block_rows), per)
+    else:
+        nnz_blocks = int(round((1.0 - block_sparsity) * total))
+        flat = np.sort(rng.choice(total, size=nnz_blocks, replace=False))
+        rows, cols = np.divmod(flat, block_cols)
+    nnz_blocks = rows.size
     indptr = np.zeros(block_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=block_rows), out=indptr[1:])
     data = random_values(rng, (nnz_blocks, bm, bk))
