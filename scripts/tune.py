@@ -453,27 +453,6 @@ def linear_timer():
                                            host_gpu_budget_s=0.1))
 
 
-BALANCE_LAYERS = ("down", "gate")
-
-
-def part_balance(timer) -> list[dict]:
-    """Random against row-balanced block positions (the same 10%), Y = X Wᵀ at 64K tokens, fp16."""
-    torch = gpu.import_torch()
-    timer = linear_timer()
-    rows = []
-    g = torch.Generator(device="cuda")
-    g.manual_seed(0)
-    for layer in BALANCE_LAYERS:
-        for per_row in (False, True):
-            case = LinearLayer(torch, g, layer, RASTER_TOKENS, per_row=per_row)
-            rows.append(case.time(timer, "per-row blocks" if per_row else "random blocks", {"per_row": per_row}))
-            del case
-            torch.cuda.empty_cache()
-    print_rows("Block positions: random against the same count per block row, nn.Linear orientation, 64K tokens",
-               rows, lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")
-    return rows
-
-
 STACKED_BLOCK = (128, 64)
 STACKED_LAYERS = ("q", "k", "gate", "down")
 STACKED_TOKENS = 65536
@@ -518,14 +497,19 @@ RASTER_GROUPS = (256, 512, 768, 1024, 2048)       # tokens per rasterization gro
 RASTER_CHECK_FEATURES = 16                        # output features of Y checked against float64
 
 
+def linear_setup():
+    """(torch, the 64K-token timer, a seeded CUDA generator) of the nn.Linear-orientation parts."""
+    torch = gpu.import_torch()
+    g = torch.Generator(device="cuda")
+    g.manual_seed(0)
+    return torch, linear_timer(), g
+
+
 def part_raster(timer) -> list[dict]:
     """Y = X Wᵀ per Qwen layer at 64K tokens (fp16 X and Y), the rasterization group swept: which group
     keeps the slice of X a group reads in L2 (the time; ncu's L2 hit rate is a separate run)."""
-    torch = gpu.import_torch()
-    timer = linear_timer()
+    torch, timer, g = linear_setup()
     rows = []
-    g = torch.Generator(device="cuda")
-    g.manual_seed(0)
     for layer in RASTER_LAYERS:
         case = LinearLayer(torch, g, layer, RASTER_TOKENS)
         k = case.A.shape[1]
@@ -536,6 +520,24 @@ def part_raster(timer) -> list[dict]:
         torch.cuda.empty_cache()
     print_rows("Rasterization group, nn.Linear orientation, 64K tokens", rows,
                lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")
+    return rows
+
+
+BALANCE_LAYERS = ("down", "gate")
+
+
+def part_balance(timer) -> list[dict]:
+    """Random against row-balanced block positions (the same 10%), Y = X Wᵀ at 64K tokens, fp16."""
+    torch, timer, g = linear_setup()
+    rows = []
+    for layer in BALANCE_LAYERS:
+        for per_row in (False, True):
+            case = LinearLayer(torch, g, layer, RASTER_TOKENS, per_row=per_row)
+            rows.append(case.time(timer, "per-row blocks" if per_row else "random blocks", {"per_row": per_row}))
+            del case
+            torch.cuda.empty_cache()
+    print_rows("Block positions: random against the same count per block row, nn.Linear orientation, 64K tokens",
+               rows, lambda r: f"  {r.get('tflops_useful', 0):.0f} TFLOP/s")
     return rows
 
 
