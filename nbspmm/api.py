@@ -76,6 +76,10 @@ MAPPED_ROWS_UNVERIFIED: str | None = None
 # string while it has not passed the GPU suite (then such an operator needs experimental=True).
 STACKED_BLOCKS_UNVERIFIED: str | None = ("BCSR with 128-row blocks (the stacked schedule) is compiled and "
                                          "SASS-checked but has not yet run on a GPU")
+# The planned item order of the persistent pipelines (kernel option item_order="planned",
+# PipelineConfig.item_order): a reason string while it has not passed the GPU suite.
+PLANNED_ITEMS_UNVERIFIED: str | None = ("item_order='planned' (per-CTA item lists made on the host) is compiled "
+                                        "and SASS-checked but has not yet run on a GPU")
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
@@ -224,6 +228,9 @@ class SpMMOperator:
         if (STACKED_BLOCKS_UNVERIFIED and not experimental and self.format_name == "bcsr"
                 and self.sparse.block_shape[0] == bcsr_kernels.STACKED_BLOCK_M):
             raise ValueError(f"{STACKED_BLOCKS_UNVERIFIED}: pass experimental=True to use it anyway")
+        if (PLANNED_ITEMS_UNVERIFIED and not experimental
+                and kernel_options.get("item_order", "strided") != "strided"):
+            raise ValueError(f"{PLANNED_ITEMS_UNVERIFIED}: pass experimental=True to use it anyway")
         self.experimental = bool(experimental)
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]

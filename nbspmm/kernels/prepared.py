@@ -31,6 +31,7 @@ from nbspmm.kernels.pipeline import (BLOCK_M, CHUNK_ELEMS, ELEMENT_BYTES, STAMP_
                                      TIMELINE_EVENT_CAP, TIMELINE_EVENTS, TMA_STRIDE_ALIGN, PipelineConfig,
                                      compiled_kernel, padded_columns, sm_count, tile_shape_for)
 from nbspmm.kernels.pipeline.args import ARG_INDEX
+from nbspmm.kernels.pipeline.schedules import item_units, planned_item_lists
 from ptx_snippets import store_box_columns
 from nbspmm.launch import DeviceMatrix, LaunchGraph, PackedLaunch, is_capturing
 
@@ -41,10 +42,10 @@ HELPER_THREADS = 256            # threads per block of the element-wise helper k
 BOUND_CACHE_SIZE = 256
 # Kernel arguments by position, from the one argument table (pipeline.args).
 ARG_ROWS, ARG_BEGINS, ARG_ENDS, ARG_SHARED, ARG_COL_INDEX, ARG_A_MAP, ARG_B_MAP, ARG_A_WORDS, ARG_B_WORDS, \
-    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP, ARG_OUT_ROWS = (
+    ARG_C, ARG_N_TILES, ARG_STAMPS, ARG_PARTIALS, ARG_PARTIAL_SLOT, ARG_C_MAP, ARG_OUT_ROWS, ARG_ITEM_PLAN = (
         ARG_INDEX[name] for name in ("rows", "begins", "ends", "shared", "col_index", "a_map", "b_map", "a_words",
                                      "b_words", "C", "n_tiles_n", "stamps", "partials", "partial_slot", "c_map",
-                                     "out_rows"))
+                                     "out_rows", "item_plan"))
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,8 @@ class PreparedPipeline:
                                   swizzle=SWIZZLE_NAME_OF_SPAN[cfg.a_span], dtype=self._tma_dtype)
         self.n_ctas_persistent = sm_count()
         self._no_stamps = cuda.device_array((1, 1, 1, STAMP_FIELDS), dtype=np.int64)
+        self._no_item_plan = cuda.to_device(np.zeros(1, dtype=np.int32))
+        self._item_plans: dict = {}
         self.bound_cache = BoundCache(self.bind)
         self._pad_buffers: dict = {}
         self._partials: dict = {}
@@ -444,6 +447,19 @@ class PreparedPipeline:
                                                   dtype=np.float32)
         return self._partials[N]
 
+    def _item_plan(self, cfg: PipelineConfig, N: int):
+        """The kernel's ``item_plan``: for item_order "planned", each CTA's items (schedules.planned_item_lists
+        over this plan's k-blocks per item), one per (column tiles, raster group, grid); else a placeholder."""
+        if cfg.item_order != "planned":
+            return self._no_item_plan
+        n_tiles, grid = math.ceil(N / cfg.tile_n), self.grid_size(N, cfg)
+        key = (n_tiles, cfg.n_group, grid)
+        if key not in self._item_plans:
+            blocks = (np.asarray(self.plan.end) - np.asarray(self.plan.begin))[item_units(len(self.plan.row), n_tiles,
+                                                                                           cfg.n_group)]
+            self._item_plans[key] = cuda.to_device(planned_item_lists(blocks, grid))
+        return self._item_plans[key]
+
     # -- binding and launching ------------------------------------------------------------------------
     def bind(self, B, C, stamps=None) -> BoundProduct:
         """Pack every launch of ``C = A @ B`` for these buffers (any ``__cuda_array_interface__`` arrays
@@ -498,7 +514,8 @@ class PreparedPipeline:
                              (ARG_PARTIALS, partials if partials is not None else self._no_partials()),
                              (ARG_PARTIAL_SLOT, self.partial_slot),
                              (ARG_C_MAP, (c_map or b_map).device),    # unread by the register epilogue
-                             (ARG_OUT_ROWS, self.out_rows)):           # unread unless cfg.mapped_rows
+                             (ARG_OUT_ROWS, self.out_rows),            # unread unless cfg.mapped_rows
+                             (ARG_ITEM_PLAN, self._item_plan(cfg, N))):  # unread unless item_order "planned"
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:

@@ -37,6 +37,8 @@ KERNEL_ARGS = (
     KernelArg("c_map", "tensor_map", True, "C's tensor map (TMA epilogue), else any tensor map"),
     # Last, so that the kernels that do not read it keep their parameter offsets (and their SASS).
     KernelArg("out_rows", "i32", False, "row of C of each stored row of A (mapped_rows), else a placeholder"),
+    # After it, for the same reason.
+    KernelArg("item_plan", "i32", True, "per-CTA item lists (item_order='planned'), else a placeholder"),
 )
 ARG_NAMES = tuple(arg.name for arg in KERNEL_ARGS)
 ARG_INDEX = {name: index for index, name in enumerate(ARG_NAMES)}

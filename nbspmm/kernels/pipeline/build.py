@@ -13,7 +13,8 @@ from nbspmm.kernels.pipeline.probes import make_stamp
 from nbspmm.kernels.pipeline.producers import (make_cp_async_producer, make_serial_tma_loader, make_sync_loader,
                                                make_tma_producer)
 from nbspmm.kernels.pipeline.ring import Ring, make_ring
-from nbspmm.kernels.pipeline.schedules import Schedule, make_cooperative, make_item_coords, make_schedule
+from nbspmm.kernels.pipeline.schedules import (ItemOrder, Schedule, make_cooperative, make_item_coords,
+                                                make_item_order, make_schedule)
 from nbspmm.kernels.pipeline.serial import build_serial
 from nbspmm.kernels.pipeline.warp_specialized import build_warp_specialized
 
@@ -27,6 +28,7 @@ class Roles(NamedTuple):
     schedule: Schedule
     stamp: Callable
     item_coords: Callable
+    item_order: ItemOrder
 
 
 def make_roles(cfg: PipelineConfig) -> Roles:
@@ -41,7 +43,8 @@ def make_roles(cfg: PipelineConfig) -> Roles:
     else:
         producer = make_sync_loader(cfg) if cfg.loader == "sync" else make_serial_tma_loader(cfg, ring, stamp)
         schedule = make_cooperative(cfg)
-    return Roles(ring, producer, make_mainloop(cfg), make_epilogue(cfg), schedule, stamp, make_item_coords(cfg))
+    return Roles(ring, producer, make_mainloop(cfg), make_epilogue(cfg), schedule, stamp, make_item_coords(cfg),
+                 make_item_order(cfg))
 
 
 def build_kernel_function(cfg: PipelineConfig):

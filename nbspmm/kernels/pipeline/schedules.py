@@ -3,6 +3,9 @@
 ``make_item_coords(cfg)``: work item -> (plan entry, column tile), rasterized in groups of N_GROUP column
 tiles (consecutive CTAs take the tiles of one unit, whose A tiles then hit L2).
 
+``make_item_order(cfg)``: which items a CTA takes (``PipelineConfig.item_order``): strided (c, c + grid,
+...) or the CTA's list in ``item_plan``, which ``planned_item_lists`` makes on the host.
+
 Schedules (warp-specialized skeleton):
   cooperative  every consumer warpgroup works on every item, each on its own WG_N columns;
   pingpong     warpgroups take alternate items, each the whole WG_N-wide tile, and take turns
@@ -12,7 +15,11 @@ Schedules (warp-specialized skeleton):
 """
 from __future__ import annotations
 
+import heapq
 from typing import Callable, NamedTuple
+
+import numpy as np
+from numba import cuda
 
 from nbspmm.kernels.pipeline.config import BLOCK_M, PipelineConfig
 from nbspmm.kernels.pipeline.inlining import device, role
@@ -32,6 +39,65 @@ def make_item_coords(cfg: PipelineConfig):
         return rest // group_size, first_tile + rest % group_size
 
     return item_coords
+
+
+def item_units(n_plan: int, n_tiles_n: int, n_group: int) -> np.ndarray:
+    """The plan entry of every item, in item order: ``item_coords``' rasterization on the host."""
+    item = np.arange(n_plan * n_tiles_n)
+    group = item // (n_plan * n_group)
+    group_size = np.minimum(n_group, n_tiles_n - group * n_group)
+    return (item - group * n_plan * n_group) // group_size
+
+
+# Cost of an item beyond its k-blocks, in k-blocks: the epilogue and the item's start (a guess of the
+# order of magnitude, not a measurement; it only weighs empty and short items against long ones).
+ITEM_OVERHEAD_BLOCKS = 2
+
+
+def planned_item_lists(item_blocks, n_ctas: int, overhead: float = ITEM_OVERHEAD_BLOCKS) -> np.ndarray:
+    """The ``item_plan`` argument: items handed out in order, each to the CTA that frees first (a dynamic
+    scheduler's order, simulated at a cost of `item_blocks` + `overhead`), as int32
+    ``[offsets (n_ctas + 1), items of CTA 0, items of CTA 1, ...]``: CTA c's items, ascending, are
+    ``plan[n_ctas + 1 + plan[c] : n_ctas + 1 + plan[c + 1]]``."""
+    costs = np.asarray(item_blocks, dtype=np.float64) + overhead
+    free = [(0.0, c) for c in range(n_ctas)]            # (time the CTA frees, CTA): ties to the lower CTA
+    owner = np.empty(costs.size, dtype=np.int64)
+    for item, cost in enumerate(costs):
+        at, cta = heapq.heappop(free)
+        owner[item] = cta
+        heapq.heappush(free, (at + cost, cta))
+    order = np.argsort(owner, kind="stable")            # by CTA, each CTA's items ascending
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_ctas))])
+    return np.concatenate([offsets, order]).astype(np.int32)
+
+
+class ItemOrder(NamedTuple):
+    range: Callable        # (item_plan, n_items) -> (first, stop, step) of the CTA's loop index j
+    at: Callable           # (item_plan, j) -> the item
+
+
+def make_item_order(cfg: PipelineConfig) -> ItemOrder:
+    if cfg.item_order == "planned":
+        @device
+        def planned_range(item_plan, n_items):
+            cta = cuda.blockIdx.x
+            return item_plan[cta], item_plan[cta + 1], 1
+
+        @device
+        def planned_at(item_plan, j):
+            return item_plan[cuda.gridDim.x + 1 + j]
+
+        return ItemOrder(planned_range, planned_at)
+
+    @device
+    def strided_range(item_plan, n_items):
+        return cuda.blockIdx.x, n_items, cuda.gridDim.x
+
+    @device
+    def strided_at(item_plan, j):
+        return j
+
+    return ItemOrder(strided_range, strided_at)
 
 
 class Schedule(NamedTuple):

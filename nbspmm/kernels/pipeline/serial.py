@@ -22,11 +22,12 @@ def build_serial(cfg: PipelineConfig, roles):
     acquire_maps, acquire_c_map, finish = roles.producer.acquire_maps, roles.epilogue.acquire_map, roles.epilogue.finish
     zero_acc, multiply, store = roles.mainloop.zero, roles.mainloop.multiply, roles.epilogue.store
     stamp, item_coords, columns, first_row = roles.stamp, roles.item_coords, roles.schedule.columns, roles.schedule.first_row
+    item_range, item_at = roles.item_order.range, roles.item_order.at
     N_BARRIERS = 2 * cfg.stages                    # full[0..S) then empty[0..S)
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
-               partials, partial_slot, c_map, out_rows):
+               partials, partial_slot, c_map, out_rows, item_plan):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         smem_words = cuda.shared.array(0, dtype=np.uint64, alignment=1024)  # the same bytes, as words
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
@@ -52,8 +53,9 @@ def build_serial(cfg: PipelineConfig, roles):
         pstage, pphase = 0, 0               # producer ring position (thread 0)
         recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
         slot, pslot = 0, 0
-        for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
-            p, t = item_coords(item, n_plan, n_tiles_n)
+        first, stop, step = item_range(item_plan, n_items)
+        for j in range(first, stop, step):
+            p, t = item_coords(item_at(item_plan, j), n_plan, n_tiles_n)
             begin = begins[p]
             n_blocks = ends[p] - begin
             n0 = t * TILE_N

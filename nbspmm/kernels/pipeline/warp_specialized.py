@@ -26,17 +26,19 @@ def make_consumer(cfg: PipelineConfig, roles):
     finish_item, columns, first_row = roles.schedule.finish_item, roles.schedule.columns, roles.schedule.first_row
     zero_acc, multiply = roles.mainloop.zero, roles.mainloop.multiply
     store, consumer_fence, stamp, item_coords = roles.epilogue.store, roles.producer.consumer_fence, roles.stamp, roles.item_coords
+    item_range, item_at = roles.item_order.range, roles.item_order.at
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
     @role
     def consume(tid, g, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
-                partial_slot, c_map_addr, n_plan, n_items, n_tiles_n):
+                partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan):
         stage, phase = 0, 0                 # consumer ring position
         recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
         slot = 0
         turn = 0                            # ping-pong: this CTA's item count, whose turn it is
-        for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
-            p, t = item_coords(item, n_plan, n_tiles_n)
+        first, stop, step = item_range(item_plan, n_items)
+        for j in range(first, stop, step):
+            p, t = item_coords(item_at(item_plan, j), n_plan, n_tiles_n)
             begin = begins[p]
             n_blocks = ends[p] - begin
             n0 = t * TILE_N
@@ -89,6 +91,7 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
     issues, setup, load_item = roles.producer.issues, roles.producer.setup, roles.producer.load_item
     acquire_maps, acquire_c_map, finish = roles.producer.acquire_maps, roles.epilogue.acquire_map, roles.epilogue.finish
     turns_init, item_coords = roles.schedule.init, roles.item_coords
+    item_range, item_at = roles.item_order.range, roles.item_order.at
     consume = make_consumer(cfg, roles)
     N_RING_BARRIERS = 2 * cfg.stages               # full[0..S) then empty[0..S)
     N_BARRIERS = N_RING_BARRIERS + roles.schedule.n_barriers
@@ -96,7 +99,7 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
     PRODUCER_NREGS, CONSUMER_NREGS = cfg.producer_regs, cfg.consumer_regs
 
     def kernel(rows, begins, ends, shared, col_index, a_map, b_map, a_words, b_words, C, n_tiles_n, stamps,
-               partials, partial_slot, c_map, out_rows):
+               partials, partial_slot, c_map, out_rows, item_plan):
         smem = cuda.shared.array(0, dtype=np.uint8, alignment=1024)        # 128-B swizzle: 1024-B aligned
         bar_words = cuda.shared.array(N_BARRIERS, dtype=np.uint64)
         tid = cuda.threadIdx.x
@@ -124,14 +127,15 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
             if issues(tid):
                 ctx = setup(tid, b_words)
                 stage, phase, slot = 0, 0, 0
-                for item in range(cuda.blockIdx.x, n_items, cuda.gridDim.x):
-                    p, t = item_coords(item, n_plan, n_tiles_n)
+                first, stop, step = item_range(item_plan, n_items)
+                for j in range(first, stop, step):
+                    p, t = item_coords(item_at(item_plan, j), n_plan, n_tiles_n)
                     stage, phase, slot = load_item(ctx, bars, stage, phase, slot, smem_base, a_map_addr, b_map_addr,
                                                    col_index, begins, ends, stamps, p, t, K)
         else:
             setmaxnreg_inc(CONSUMER_NREGS)
             consume(tid, wg, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
-                    partial_slot, c_map_addr, n_plan, n_items, n_tiles_n)
+                    partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan)
             finish(tid % WARPGROUP)
 
     return kernel

@@ -1,0 +1,132 @@
+"""The persistent pipelines' item order (PipelineConfig.item_order) at the level the CPU allows: the host
+mirror of the rasterization, the planned per-CTA item lists, a simulation of how far the CTAs drift apart,
+the configuration rules, the API gate and the planned kernel's SASS."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from nbspmm.kernels import bcsr
+from nbspmm.kernels.pipeline import schedules
+from nbspmm.kernels.pipeline.config import PipelineConfig
+
+
+def lists_of(plan: np.ndarray, n_ctas: int) -> list[np.ndarray]:
+    offsets, items = plan[:n_ctas + 1], plan[n_ctas + 1:]
+    return [items[offsets[c]:offsets[c + 1]] for c in range(n_ctas)]
+
+
+def strided_lists(n_items: int, n_ctas: int) -> list[np.ndarray]:
+    return [np.arange(c, n_items, n_ctas) for c in range(n_ctas)]
+
+
+def mean_spread(lists, costs, samples: int = 200) -> float:
+    """The mean, over time, of (largest - smallest) index among the items in flight: each CTA runs its
+    list back to back, an item taking its cost."""
+    starts, ends, items = [], [], []
+    for cta_items in lists:
+        t = np.concatenate([[0.0], np.cumsum(costs[cta_items])])
+        starts.append(t[:-1]), ends.append(t[1:]), items.append(cta_items)
+    starts, ends, items = map(np.concatenate, (starts, ends, items))
+    spreads = []
+    for at in np.linspace(0.05, 0.95, samples) * ends.max():
+        live = items[(starts <= at) & (ends > at)]
+        spreads.append(live.max() - live.min())
+    return float(np.mean(spreads))
+
+
+@pytest.mark.parametrize("n_plan,n_tiles,n_group", [(56, 256, 4), (7, 10, 4), (3, 5, 8), (1, 1, 1), (9, 6, 1)])
+def test_item_units_mirror_the_kernels_rasterization(n_plan, n_tiles, n_group):
+    cfg = replace(bcsr.VARIANTS["v4"], group_columns=n_group * bcsr.VARIANTS["v4"].tile_n)
+    assert cfg.n_group == n_group
+    item_coords = schedules.make_item_coords(cfg).py_func
+    expected = [item_coords(i, n_plan, n_tiles)[0] for i in range(n_plan * n_tiles)]
+    assert schedules.item_units(n_plan, n_tiles, n_group).tolist() == expected
+
+
+def test_planned_lists_hold_every_item_once_in_order():
+    rng = np.random.default_rng(0)
+    costs = rng.integers(0, 40, 1000)
+    plan = schedules.planned_item_lists(costs, 132)
+    assert plan.dtype == np.int32 and plan[0] == 0 and plan[132] == 1000
+    lists = lists_of(plan, 132)
+    assert np.array_equal(np.sort(np.concatenate(lists)), np.arange(1000))
+    assert all((np.diff(items) > 0).all() for items in lists)
+    # Equal costs: the items go round the CTAs as the strided order does.
+    even = lists_of(schedules.planned_item_lists(np.full(20, 5), 4), 4)
+    assert [items.tolist() for items in even] == [items.tolist() for items in strided_lists(20, 4)]
+    assert all(items.size == 0 for items in lists_of(schedules.planned_item_lists(np.zeros(0), 3), 3))
+
+
+def test_planned_lists_keep_the_items_in_flight_together():
+    """Qwen's down layer (56 block rows of 17-41 blocks at 90%) at 64K tokens in the nn.Linear tile, 132
+    CTAs: strided, the items in flight span about 330 indices (the simulation of NOTES.md); planned, within
+    a quarter of what equal rows give (about 131: one item per CTA), when the costs are the plan's own."""
+    from nbspmm.bench import suites
+
+    m, k = suites.LLM_LAYERS["down"]
+    blocks = np.diff(suites.block_sparse(m, k, 0.9, seed=1).indptr)
+    units = schedules.item_units(blocks.size, 65536 // 256, 4)
+    costs = blocks[units] + schedules.ITEM_OVERHEAD_BLOCKS
+    strided = mean_spread(strided_lists(units.size, 132), costs)
+    planned = mean_spread(lists_of(schedules.planned_item_lists(blocks[units], 132), 132), costs)
+    equal = mean_spread(strided_lists(units.size, 132), np.full(units.size, costs.mean()))
+    assert strided > 2 * equal and planned < 1.25 * equal, (strided, planned, equal)
+
+
+@pytest.mark.parametrize("name", ["bcsr-pingpong", "wcsr-ws", "wcsr-ws-cpasync"])
+def test_planned_forms_of_the_other_persistent_kernels_compile(name):
+    """Ping-pong (turns by each CTA's own item count) and the WCSR producers (TMA and cp.async gathers):
+    the planned order compiles for sm_90a without spills."""
+    from ptx_snippets.inspect import inspect_kernel
+    from nbspmm.kernels import wcsr
+    from nbspmm.kernels.pipeline import build_kernel_function, kernel_signature
+
+    fmt, _, variant = name.partition("-")
+    base = (bcsr.VARIANTS if fmt == "bcsr" else wcsr.VARIANTS)[variant]
+    cfg = replace(base, item_order="planned")
+    k = inspect_kernel(build_kernel_function(cfg), kernel_signature(cfg), launch_bounds=(cfg.threads, 1))
+    assert k.info.spill_stores == 0 and k.info.stack_frame == 0
+
+
+def test_config_rules():
+    assert bcsr.VARIANTS["v4-tma"].item_order == "strided"
+    planned = replace(bcsr.VARIANTS["v4-tma"], item_order="planned")
+    assert planned.item_order == "planned"
+    with pytest.raises(ValueError, match="item_order must be one of"):
+        replace(bcsr.VARIANTS["v4-tma"], item_order="dynamic")
+    with pytest.raises(ValueError, match="persistent"):
+        PipelineConfig(name="x", loader="tma", stages=4, specialized=True, persistent=False, item_order="planned")
+
+
+def test_planned_kernel_reads_its_list_and_keeps_its_registers():
+    """The planned v4-tma in both orientations: it compiles for sm_90a with no spills, and reads two more
+    words per CTA than the strided kernel (its list's bounds) plus one per item."""
+    from ptx_snippets.inspect import inspect_kernel, instructions
+    from nbspmm.kernels.pipeline import build_kernel_function, kernel_signature
+
+    for linear in (False, True):
+        strided = replace(bcsr.config("v4-tma", "f16", "f16"), linear=linear)
+        planned = replace(strided, item_order="planned")
+        sass = {}
+        for cfg in (strided, planned):
+            k = inspect_kernel(build_kernel_function(cfg), kernel_signature(cfg), launch_bounds=(cfg.threads, 1))
+            assert k.info.spill_stores == 0 and k.info.stack_frame == 0
+            assert any(m.startswith("HGMMA") for m in instructions(k.sass))
+            sass[cfg.item_order] = k.sass
+        assert sass["planned"] != sass["strided"]
+        assert sass["planned"].count("LDG") > sass["strided"].count("LDG")
+
+
+def test_the_api_refuses_the_planned_order_unless_experimental(monkeypatch):
+    import scipy.sparse as sp
+
+    from nbspmm import api
+    from tests.host_fakes import fake_gpu
+
+    fake_gpu(monkeypatch)
+    A = sp.random_array((128, 128), density=0.2, rng=0, format="csr")
+    with pytest.raises(ValueError, match="experimental"):
+        api.SpMMOperator(A, format="bcsr", item_order="planned")
+    op = api.SpMMOperator(A, format="bcsr", item_order="planned", experimental=True)
+    assert op.experimental
