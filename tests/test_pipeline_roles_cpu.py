@@ -29,7 +29,8 @@ def test_prepared_packs_by_the_table():
                  and isinstance(getattr(prepared, name), int)]
     assert sorted(positions) == list(range(len(args.ARG_NAMES)))
     assert prepared.ARG_C == args.ARG_INDEX["C"] and prepared.ARG_C_MAP == args.ARG_INDEX["c_map"]
-    assert set(args.PER_CALL_ARGS) == {"b_map", "b_words", "C", "n_tiles_n", "stamps", "partials", "c_map"}
+    assert set(args.PER_CALL_ARGS) == {"b_map", "b_words", "C", "n_tiles_n", "stamps", "partials", "c_map",
+                                       "item_plan"}
 
 
 @pytest.mark.parametrize("cfg, skeleton, producer", [
