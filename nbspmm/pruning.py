@@ -7,8 +7,8 @@ A block's score is its Frobenius norm; the ``round((1 - sparsity) · n_blocks)``
 scores are kept (ties: the lower block index first, so the mask is deterministic). With ``per_row=True``
 every block row keeps the same count, ``round((1 - sparsity) · block columns)``, its largest: each block
 row is then the same work for the kernel, whose persistent CTAs otherwise drift apart on rows of unequal
-length and lose the L2 reuse of the activations between them (NOTES.md: 1.31x on Qwen's down layer). Edge blocks of a
-shape that is not a multiple of the block are scored over the elements they hold. Pure NumPy: a torch
+length and lose the L2 reuse of the activations between them (NOTES.md: 1.31x on Qwen's down layer).
+Edge blocks of a shape that is not a multiple of the block are scored over the elements they hold. Pure NumPy: a torch
 weight is read through ``numpy.asarray`` by the caller (``nbspmm.torch``).
 """
 from __future__ import annotations
@@ -41,15 +41,11 @@ def block_norms(weight, block=(64, 64)) -> np.ndarray:
     return np.sqrt(squares)
 
 
-def check_sparsity(sparsity: float) -> None:
-    if not 0.0 <= sparsity < 1.0:
-        raise ValueError(f"sparsity is the fraction of dropped blocks, in [0, 1); got {sparsity}")
-
-
 def keep_largest(scores: np.ndarray, sparsity: float, per_row: bool = False) -> np.ndarray:
     """The bool mask of `scores`' shape keeping the largest, a fraction ``1 - sparsity`` of all of them
     (or, ``per_row``, of each row); ties: the lower index first."""
-    check_sparsity(sparsity)
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"sparsity is the fraction of dropped blocks, in [0, 1); got {sparsity}")
     if per_row:
         n_keep = int(round(scores.shape[1] * (1.0 - sparsity)))
         order = np.argsort(-scores, axis=1, kind="stable")[:, :n_keep]
@@ -66,7 +62,6 @@ def keep_largest(scores: np.ndarray, sparsity: float, per_row: bool = False) -> 
 def magnitude_block_mask(weight, sparsity: float = 0.9, block=(64, 64), per_row: bool = False) -> np.ndarray:
     """The bool block mask keeping the largest-norm blocks, a fraction ``1 - sparsity`` of them (of each
     block row's with ``per_row``)."""
-    check_sparsity(sparsity)
     return keep_largest(block_norms(weight, block), sparsity, per_row)
 
 

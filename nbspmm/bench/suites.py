@@ -38,7 +38,7 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from nbspmm import datasets
+from nbspmm import datasets, pruning
 
 # ---------------------------------------------------------------- dtypes
 DTYPE_ALIASES = {"fp16": "float16", "float16": "float16", "half": "float16",
@@ -218,10 +218,9 @@ def block_sparse(m: int, k: int, block_sparsity: float, seed: int,
     rng = np.random.default_rng(seed)
     block_rows, block_cols = m // bm, k // bk
     total = block_rows * block_cols
-    if per_row:
-        per = int(round((1.0 - block_sparsity) * block_cols))
-        cols = np.concatenate([np.sort(rng.choice(block_cols, size=per, replace=False)) for _ in range(block_rows)])
-        rows = np.repeat(np.arange(block_rows), per)
+    if per_row:                       # the same count in every block row: the prefill model's per-row mask
+        mask = pruning.keep_largest(rng.random((block_rows, block_cols)), block_sparsity, per_row=True)
+        rows, cols = np.nonzero(mask)
     else:
         nnz_blocks = int(round((1.0 - block_sparsity) * total))
         flat = np.sort(rng.choice(total, size=nnz_blocks, replace=False))
