@@ -112,20 +112,25 @@ def segment_plan(indptr, *, group: int = 4, segment_pieces: int = 8, split_rows:
                        as_int32(flush), as_int32(segment_piece))
 
 
-def pack_pieces(plan: SegmentPlan, indices, data) -> tuple[np.ndarray, np.ndarray]:
+def pack_pieces(plan: SegmentPlan, indices, data, pad_column: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The nonzeros regrouped piece by piece, ``group`` slots a piece: (columns int32 [n_pieces, group],
     values [n_pieces, group] in data's dtype), for kernels that fetch a piece with one vector load of its
-    columns and one of its values. A slot past the piece's count repeats the piece's last column (its
-    first column for an empty piece, 0) and holds the value 0: every slot names a column of B."""
+    columns and one of its values. A slot past the piece's count holds the value 0 and, by default, repeats
+    the piece's last column (its first column for an empty piece, 0): every slot names a column of B.
+    ``pad_column`` (e.g. -1): that column in such slots instead, for a kernel that skips them by column."""
     begin = np.asarray(plan.piece_begin, dtype=np.int64)
     count = np.diff(begin)
     slot = np.arange(plan.group)
     nz = begin[:-1, None] + np.minimum(slot, np.maximum(count[:, None] - 1, 0))
     indices, data = np.asarray(indices), np.asarray(data)
     if indices.size == 0:                                       # no nonzero at all: every slot column 0
-        return np.zeros((plan.n_pieces, plan.group), np.int32), np.zeros((plan.n_pieces, plan.group), data.dtype)
+        return (np.full((plan.n_pieces, plan.group), 0 if pad_column is None else pad_column, np.int32),
+                np.zeros((plan.n_pieces, plan.group), data.dtype))
     columns = indices[np.minimum(nz, indices.size - 1)].astype(np.int32)
-    values = np.where(slot < count[:, None], data[np.minimum(nz, data.size - 1)], np.zeros((), data.dtype))
+    filled = slot < count[:, None]
+    values = np.where(filled, data[np.minimum(nz, data.size - 1)], np.zeros((), data.dtype))
+    if pad_column is not None:
+        columns = np.where(filled, columns, np.int32(pad_column))
     return np.ascontiguousarray(columns), np.ascontiguousarray(values.astype(data.dtype))
 
 

@@ -3,7 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
-                                     [stacked] [balance]
+                                     [stacked] [balance] [cp_async]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -26,6 +26,9 @@
          (rows per warp 32 / lanes), L2 column panels ``panel_columns`` (the default from L2 against one
          panel of all N), register budget ``min_blocks_per_sm``; the row kernel and cuSPARSE CSR
          (torch, fp16) timed on the same data;
+  cp_async  the segment kernel's B octets copied by cp.async into a ring of pieces in shared memory
+         (``loads="cp_async"``: stages, blocks per SM) against its register form, on the 2^20-row R-MAT
+         and uniform matrices at N = 128 / 64 / 256, fp16 and fp32 C (cuSPARSE, torch's call, for scale);
   raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
@@ -410,6 +413,34 @@ def part_segments(timer) -> list[dict]:
     return rows
 
 
+# The cp.async ring (loads="cp_async") against the register form: stages (pieces in the ring; 3 blocks an
+# SM fit 4 stages of 16 KB, 2 blocks fit 6), fp32 and fp16 C.
+ASYNC_CONFIGS = ({}, {"loads": "cp_async"}, {"loads": "cp_async", "stages": 3}, {"loads": "cp_async", "stages": 2},
+                 {"loads": "cp_async", "stages": 3, "min_blocks_per_sm": 4},
+                 {"loads": "cp_async", "stages": 6, "min_blocks_per_sm": 2}, {"loads": "cp_async", "lanes": 8})
+
+
+def part_cp_async(timer) -> list[dict]:
+    """The segment kernel's cp.async ring (ASYNC_CONFIGS) on the scattered 2^20-row matrices, N = 128 / 64 /
+    256, fp16 and fp32 C, with the register form and cuSPARSE (torch's call) for scale."""
+    specs = {spec.label: spec for spec, _ in suites.synthetic_matrices("paper", families=("rmat", "uniform"))}
+    rows = []
+    for label in SEGMENTS_MATRICES:
+        built = specs[label].build()
+        matrix = sp.csr_matrix(built.matrix if isinstance(built, suites.LoadedMatrix) else built)
+        for N in SEGMENTS_N:
+            case = Case(f"{label}/N={N}", matrix, N)
+            rows.append(time_cusparse(case, timer))
+            for out_dtype in ("float16", "float32"):
+                for config in ASYNC_CONFIGS:
+                    rows.append(time_operator(case, timer, out_dtype=out_dtype, format="csr", kernel="segments",
+                                              **config))
+            del case
+            gpu.import_torch().cuda.empty_cache()
+    print_rows("CSR segment kernel: B octets by cp.async into a shared-memory ring against registers", rows)
+    return rows
+
+
 class LinearLayer:
     """One Qwen layer's W (M x K at 90% block sparsity, `block_shape` blocks) and fp16 X (T x K) and Y
     (T x M) on the GPU, with Y's RASTER_CHECK_FEATURES sampled output features computed in float64."""
@@ -547,7 +578,7 @@ def part_balance(timer) -> list[dict]:
 
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
-         "stacked": part_stacked, "balance": part_balance}
+         "stacked": part_stacked, "balance": part_balance, "cp_async": part_cp_async}
 
 
 def main() -> int:

@@ -31,7 +31,8 @@ def test_every_registered_kernel_is_sanitized():
         "bcsr-v4-tma@stacked-linear", "bcsr-v4-tma@stacked+two_pass", "bcsr-v4-tma@stacked-linear+two_pass"}
     reordered = {name for name in cases if name.endswith("@rows")}
     assert reordered == {"wcsr-ws@rows", "wcsr-pingpong@rows", "wcsr-v2@rows", "csr-rows@rows", "csr-segments@rows"}
-    assert {name for name in cases if name.endswith("@f16")} == {"csr-segments@f16", "csr-segments-packed@f16"}
+    assert {name for name in cases if name.endswith("@f16")} == {"csr-segments@f16", "csr-segments-packed@f16",
+                                                                 "csr-segments-async@f16"}
     assert {name for name in cases if name.endswith("+planned")} == {
         "bcsr-v4+planned", "bcsr-v4-tma@linear+planned", "bcsr-pingpong+planned", "wcsr-ws+planned"}
     assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws-rows",
@@ -73,4 +74,5 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
 def test_several_globs_select_their_union():
     assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments", "csr-rows@rows",
                                                         "csr-segments@rows", "csr-segments-packed",
-                                                        "csr-segments@f16", "csr-segments-packed@f16"]
+                                                        "csr-segments-async", "csr-segments@f16",
+                                                        "csr-segments-packed@f16", "csr-segments-async@f16"]

@@ -98,6 +98,7 @@ NBSPMM_FORMATS = {
     "wcsr": {"format": "wcsr"},
     "baseline": {"format": "wcsr", "kernel": "baseline"},
     "csr": {"format": "csr"},
+    "csr-async": {"format": "csr", "kernel": "segments", "loads": "cp_async"},   # the segment kernel's cp.async ring
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
@@ -109,7 +110,8 @@ NBSPMM_FORMATS = {
 LINEAR_FORMATS = ("bcsr-linear",)
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "wcsr16": "wcsr",
+NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
+                  "wcsr16": "wcsr",
                   "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"

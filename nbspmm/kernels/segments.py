@@ -44,6 +44,8 @@ from nbspmm.kernels import rows
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.prepared import check_output_rows
 from nbspmm.kernels.registry import KernelSpec, register
+from ptx_snippets import cp_async_16, cp_async_commit_group, cp_async_wait_group, global_addr, shared_addr_at
+from nbspmm.kernels.pipeline.config import MAX_DYNAMIC_SMEM
 
 WARP = rows.WARP
 OCTET = 8                         # consecutive columns of C per lane: one 16-byte load of 16-bit B values
@@ -337,6 +339,168 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
     return csr_segments
 
 
+# The cp.async form (``loads="cp_async"``): each lane copies its pieces' B octets into its own slots of a ring
+# of ASYNC_STAGES pieces in shared memory, ASYNC_STAGES - 1 pieces ahead of the one it multiplies, so the
+# bytes in flight are bounded by shared memory, not by the registers that hold them (the register form keeps
+# one piece, 4 x 16 bytes a lane, in flight). Slots are per thread: a lane reads only what it copied, so no
+# CTA barrier is needed (cp.async.wait_group makes a thread's own copies visible to it).
+LOADS = ("registers", "cp_async")
+ASYNC_STAGES = 4
+SLOT_BYTES = VECTOR_BYTES                    # one B octet: one cp.async of 16 bytes
+STAGE_SLOTS = GROUP * THREADS                # a stage: every thread's GROUP octets
+ASYNC_SMEM_PER_STAGE = STAGE_SLOTS * SLOT_BYTES           # 16 KB
+ASYNC_MIN_BLOCKS_PER_SM = 3                  # 3 x 4 stages x 16 KB = 192 KB of the 227 KB an SM has
+MAX_ASYNC_STAGES = MAX_DYNAMIC_SMEM // ASYNC_SMEM_PER_STAGE   # one block's ring within the per-block limit: 14
+NO_COLUMN = -1                               # a packed slot past its piece's count: zero-filled, nothing read
+
+
+def piece_stage(piece, first, stages):
+    """The ring stage of a segment's piece: its pieces in turn, from the segment's first."""
+    return uint32(piece - first) % uint32(stages)
+
+
+def ring_slot(stage, u, thread):
+    """The 16-byte slot of thread `thread`'s octet of slot u of a piece in ring stage `stage`: stage-major,
+    then u, then thread, so that a warp's 32 slots are 512 consecutive bytes (conflict-free)."""
+    return (uint32(stage) * uint32(GROUP) + uint32(u)) * uint32(THREADS) + uint32(thread)
+
+
+_piece_stage = cuda.jit(device=True, forceinline=True)(piece_stage)
+_ring_slot = cuda.jit(device=True, forceinline=True)(ring_slot)
+
+
+def _make_octet_stager(vector: bool):
+    """stage_octet(B, b_base, row_bytes, col, octet, ring_words, slot): B[col, octet's 8 columns] into the
+    ring's 16-byte slot `slot`, zeros for col = NO_COLUMN. vector=True: one cp.async (src_bytes 0 reads
+    nothing, so a padding slot never touches B, Inf or not); False (B not 16-byte aligned or N not a
+    multiple of 8): eight 2-byte loads packed into two words, stored to the slot synchronously."""
+    if vector:
+        @cuda.jit(device=True, forceinline=True)
+        def stage_octet_async(B, b_base, row_bytes, col, octet, ring_words, slot):
+            octet = min(octet, uint32(B.shape[1] // WORDS_PER_LOAD - 1))   # a lane past N copies the last octet
+            src = b_base + uint64(max(col, int32(0))) * row_bytes + uint64(octet * VECTOR_BYTES)
+            cp_async_16(shared_addr_at(ring_words, uint32(slot * SLOT_BYTES)), src,
+                        uint32(SLOT_BYTES) if col >= int32(0) else uint32(0))
+        return stage_octet_async
+
+    load_octet = _make_octet_loader(False)
+
+    @cuda.jit(device=True, forceinline=True)
+    def stage_octet_sync(B, b_base, row_bytes, col, octet, ring_words, slot):
+        raw = cuda.local.array((1, WORDS_PER_LOAD), uint64)
+        load_octet(B, max(col, int32(0)), octet, raw, 0)
+        for half in range(WORDS_PER_LOAD):
+            ring_words[slot * uint32(WORDS_PER_LOAD) + uint32(half)] = raw[0, half] if col >= int32(0) else uint64(0)
+    return stage_octet_sync
+
+
+@functools.lru_cache(maxsize=None)
+def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
+                          vector_store: bool = True, stages: int = ASYNC_STAGES):
+    """The cp.async form of the kernel on packed pieces (``device_packed_pieces(..., pad_column=NO_COLUMN)``).
+    Per lane, piece p of its segment: copy piece p + stages - 1's octets into ring stage (p + stages - 1) %
+    stages (the columns loaded one piece earlier), commit; load the next columns and piece p + 1's values;
+    wait until piece p's group has landed (``cp.async.wait_group stages - 1``); multiply from the slots.
+    Roles: the stager (``vector``: cp.async, else synchronous loads), the flush (``vector_store``)."""
+    if lanes not in LANE_GROUPS:
+        raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
+    if not 2 <= stages <= MAX_ASYNC_STAGES:
+        raise ValueError(f"stages must be in [2, {MAX_ASYNC_STAGES}], got {stages}")
+    stage_octet, unpack = _make_octet_stager(vector), _make_unpack(in_kind)
+    widen = make_widener(in_kind)
+    flush = _make_flush(out_kind, vector_store)
+    zero = float32(0.0)
+    segments_per_block = THREADS // lanes
+    ahead = stages - 1                        # pieces in flight while one is multiplied
+    b_element_bytes = rows.WORD_BYTES if vector else HALF_BITS // 8     # B as uint64 words, or uint16 bits
+    low_bits = uint64(0xFFFFFFFF)
+
+    @cuda.jit(device=True, forceinline=True)
+    def column(pair, u):
+        return int32(uint32((pair[u // COLUMNS_PER_WORD] >> uint64(COLUMN_BITS * (u % COLUMNS_PER_WORD))) & low_bits))
+
+    def csr_segments_async(segment_piece, piece_row, piece_flush, indices, data, B, C, partials,
+                           item_blocks, slices_per_panel, n_slices):
+        ring_words = cuda.shared.array(0, dtype=np.uint64, alignment=SLOT_BYTES)   # [stage][u][thread] octets
+        column_slice, item_block = _panel_position(cuda.blockIdx.x, item_blocks, slices_per_panel, n_slices)
+        segment = item_block * int32(segments_per_block) + int32(cuda.threadIdx.x // lanes)
+        if segment >= segment_piece.shape[0] - 1:   # no CTA barrier follows: lanes may leave
+            return
+        octet = uint32(column_slice * int32(lanes) + int32(cuda.threadIdx.x % lanes))   # columns 8 octet ... + 7
+        b_base = global_addr(B)
+        row_bytes = uint64(B.shape[1]) * uint64(b_element_bytes)
+        thread = cuda.threadIdx.x
+        raw = cuda.local.array((GROUP, WORDS_PER_LOAD), uint64)
+        acc = cuda.local.array(OCTET, float32)
+        for i in range(OCTET):
+            acc[i] = zero
+        first, last = segment_piece[segment], segment_piece[segment + 1]
+        # Prologue: the first `ahead` pieces' columns (independent loads), then their copies, a group each.
+        for j in range(ahead):
+            piece = first + int32(j)
+            pair = load_16_bytes(indices, piece, 0)
+            if piece < last:
+                for u in range(GROUP):
+                    stage_octet(B, b_base, row_bytes, column(pair, u), octet, ring_words,
+                                _ring_slot(_piece_stage(piece, first, stages), u, thread))
+            cp_async_commit_group()
+        pair = load_16_bytes(indices, first + int32(ahead), 0)
+        values = data[first]
+        action, row = piece_flush[first], piece_row[first]
+        last_piece = int32(piece_row.shape[0] - 1)
+        for piece in range(first, last):
+            piece = int32(piece)
+            later = piece + int32(ahead)               # its slots were read one piece ago: free again
+            if later < last:
+                later_stage = _piece_stage(later, first, stages)
+                for u in range(GROUP):
+                    stage_octet(B, b_base, row_bytes, column(pair, u), octet, ring_words,
+                                _ring_slot(later_stage, u, thread))
+            cp_async_commit_group()                    # one group a piece, empty past the segment's end
+            pair = load_16_bytes(indices, later + int32(1), 0)
+            next_values = data[piece + int32(1)]
+            # The next piece's flush, loaded here so that its latency hides under the wait (ptxas would
+            # sink a load used only by the flush into it, after the wait).
+            following = min(piece + int32(1), last_piece)
+            next_action, next_row = piece_flush[following], piece_row[following]
+            cp_async_wait_group(ahead)                 # at most `ahead` newer groups pending: piece's landed
+            stage = _piece_stage(piece, first, stages)
+            for u in range(GROUP):
+                word = _ring_slot(stage, u, thread) * uint32(WORDS_PER_LOAD)
+                raw[u, 0], raw[u, 1] = ring_words[word], ring_words[word + uint32(1)]
+            for u in range(GROUP):                     # a padding slot: value 0 and B zeros (never 0 · Inf)
+                a = widen(uint16(values >> uint64(HALF_BITS * u)))
+                for i in range(OCTET):
+                    acc[i] += a * unpack(raw, u, i)
+            if action != KEEP:
+                flush(C, partials, row, octet, acc, action == ADD)
+            values, action, row = next_values, next_action, next_row
+
+    return csr_segments_async
+
+
+def async_signature(in_kind: str, out_kind: str, vector: bool = True):
+    from numba import from_dtype
+
+    i32 = types.int32[::1]
+    b_elem = types.uint64 if vector else types.uint16
+    return (i32, i32, i32, types.Array(types.uint64, 2, "C"), types.uint64[::1], types.Array(b_elem, 2, "C"),
+            types.Array(from_dtype(DEVICE_DTYPE[out_kind]), 2, "C"), types.Array(types.float32, 2, "C"),
+            types.int32, types.int32, types.int32)
+
+
+def async_shared_bytes(stages: int) -> int:
+    return stages * ASYNC_SMEM_PER_STAGE
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_async_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
+                          min_blocks_per_sm: int = ASYNC_MIN_BLOCKS_PER_SM, vector_store: bool = True,
+                          stages: int = ASYNC_STAGES):
+    return cuda.jit(async_signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
+        async_kernel_function(in_kind, out_kind, vector, lanes, vector_store, stages))
+
+
 def signature(in_kind: str, out_kind: str, vector: bool = True, packed: bool = False):
     from numba import from_dtype
 
@@ -401,6 +565,8 @@ class PreparedSegments:
     panel_columns: int | None = None
     min_blocks_per_sm: int = MIN_BLOCKS_PER_SM
     packed: bool = False          # arrays are packed pieces (formats.segments.pack_pieces)
+    loads: str = "registers"      # B octets into registers, or "cp_async" into a ring in shared memory
+    stages: int = ASYNC_STAGES    # the cp.async ring's pieces (loads="cp_async")
 
     def __post_init__(self):
         from nbspmm.kernels.prepared import BoundCache
@@ -457,11 +623,19 @@ class PreparedSegments:
         blocks, item_blocks, slices_per_panel, n_slices = grid_shape(n_segments, K, N, lanes, itemsize,
                                                                      self.panel_columns)
         vector = whole_aligned_octets(B)
-        kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
-                                 whole_aligned_octets(C), self.packed)
-        launch = PackedLaunch(kernel, block=THREADS)
-        operands = (*self.plan_arrays, *self.arrays, B.words() if vector else B.view(np.uint16), C, partials,
-                    item_blocks, slices_per_panel, n_slices)
+        b_operand = B.words() if vector else B.view(np.uint16)
+        grid_operands = (item_blocks, slices_per_panel, n_slices)
+        if self.loads == "cp_async":
+            kernel = compiled_async_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
+                                           whole_aligned_octets(C), self.stages)
+            launch = PackedLaunch(kernel, block=THREADS, shared_bytes=async_shared_bytes(self.stages))
+            segment_piece, _, piece_row, piece_flush = self.plan_arrays     # no row pointers: pieces are packed
+            operands = (segment_piece, piece_row, piece_flush, *self.arrays, b_operand, C, partials, *grid_operands)
+        else:
+            kernel = compiled_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
+                                     whole_aligned_octets(C), self.packed)
+            launch = PackedLaunch(kernel, block=THREADS)
+            operands = (*self.plan_arrays, *self.arrays, b_operand, C, partials, *grid_operands)
         for index, value in enumerate(operands):
             launch.set(index, value)
         return BoundProduct([*before, (launch, blocks), *after], (partials,))
@@ -488,13 +662,14 @@ def device_plan(plan, separate_partials: bool = False) -> tuple:
     return plan.segment_piece, padded, piece_row, plan.piece_flush
 
 
-def device_packed_pieces(plan, indices, data) -> tuple:
+def device_packed_pieces(plan, indices, data, pad_column: int | None = None, pad_pieces: int = POINTER_PAD + 1) -> tuple:
     """The packed pieces as the packed fetch reads them (host numpy): columns as rows of two uint64 words,
-    values as one uint64 word per piece (16-bit bits), each padded by POINTER_PAD + 1 empty pieces, so
-    that the look-ahead fetch of the piece after the last stays inside the arrays."""
-    columns, values = pack_pieces(plan, indices, data)
-    pad = POINTER_PAD + 1
-    columns = np.concatenate([columns, np.zeros((pad, GROUP), np.int32)])
+    values as one uint64 word per piece (16-bit bits), each padded by `pad_pieces` empty pieces, so
+    that the look-ahead fetch past the last piece stays inside the arrays. ``pad_column``: pack_pieces'
+    column of the slots past a piece's count (None: a valid column; the cp.async form: NO_COLUMN)."""
+    columns, values = pack_pieces(plan, indices, data, pad_column)
+    pad = pad_pieces
+    columns = np.concatenate([columns, np.full((pad, GROUP), 0 if pad_column is None else pad_column, np.int32)])
     values = np.concatenate([host_view(values).view(np.uint16), np.zeros((pad, GROUP), np.uint16)])
     return (np.ascontiguousarray(columns).view(np.uint64).reshape(-1, WORDS_PER_LOAD),
             np.ascontiguousarray(values).view(np.uint64).reshape(-1))
@@ -502,13 +677,17 @@ def device_packed_pieces(plan, indices, data) -> tuple:
 
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
-            min_blocks_per_sm: int = MIN_BLOCKS_PER_SM, packed: bool = False, output_rows=None) -> PreparedSegments:
+            min_blocks_per_sm: int | None = None, packed: bool = False, loads: str = "registers",
+            stages: int = ASYNC_STAGES, output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
     in fp32 partial sums rounded into C by a second pass. ``packed``: the nonzeros
     regrouped GROUP slots a piece, so that a piece is fetched with two vector loads instead of eight
-    scalar ones (more bytes where rows are short: the padding). ``output_rows`` (int32, one
+    scalar ones (more bytes where rows are short: the padding). ``loads="cp_async"`` (packed pieces
+    always): B octets copied by cp.async into a ring of ``stages`` pieces in shared memory, ``stages - 1``
+    pieces ahead of the one multiplied. ``min_blocks_per_sm`` (None: MIN_BLOCKS_PER_SM, or
+    ASYNC_MIN_BLOCKS_PER_SM for cp.async) is the register budget. ``output_rows`` (int32, one
     entry per stored row): the rows of a taller C the stored rows are written to (a routed product's
     CUDA-core part, ``nbspmm.kernels.routed``); None: the CSR's own row order, or none."""
     if not isinstance(fmt, formats.CSR):
@@ -517,21 +696,31 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
         raise ValueError(f"lanes must be one of {LANE_GROUPS} or None, got {lanes!r}")
     if panel_columns is not None and not (isinstance(panel_columns, int) and panel_columns >= 1):
         raise ValueError(f"panel_columns must be a positive integer or None, got {panel_columns!r}")
+    if loads not in LOADS:
+        raise ValueError(f"loads must be one of {LOADS}, got {loads!r}")
+    if loads == "cp_async" and not (isinstance(stages, int) and 2 <= stages <= MAX_ASYNC_STAGES):
+        raise ValueError(f"stages must be an integer in [2, {MAX_ASYNC_STAGES}], got {stages!r}")
+    async_loads = loads == "cp_async"
+    if min_blocks_per_sm is None:
+        min_blocks_per_sm = ASYNC_MIN_BLOCKS_PER_SM if async_loads else MIN_BLOCKS_PER_SM
     plan = segment_plan(np.asarray(fmt.indptr), group=GROUP, segment_pieces=segment_pieces,
                         output_rows=fmt.row_order if output_rows is None else check_output_rows(output_rows,
                                                                                                 fmt.shape[0]))
-    if packed:
+    if async_loads:                   # packed, padding slots skipped by column; look-ahead of `stages` pieces
+        nonzeros = device_packed_pieces(plan, fmt.indices, fmt.data, NO_COLUMN, max(POINTER_PAD + 1, stages))
+    elif packed:
         nonzeros = device_packed_pieces(plan, fmt.indices, fmt.data)
     else:
         indices = fmt.indices if fmt.nnz else np.zeros(1, np.int32)     # every argument a real device array
         nonzeros = (indices, host_view(fmt.data) if fmt.nnz else np.zeros(1, DEVICE_DTYPE[in_kind]))
     to_device = lambda a: cuda.to_device(np.ascontiguousarray(a))   # noqa: E731
     shared = plan.shared_rows
-    return PreparedSegments("csr-segments-packed" if packed else "csr-segments", tuple(fmt.shape), in_kind, out_kind,
+    name = "csr-segments-async" if async_loads else "csr-segments-packed" if packed else "csr-segments"
+    return PreparedSegments(name, tuple(fmt.shape), in_kind, out_kind,
                             tuple(to_device(a) for a in device_plan(plan, partials_apart_from_c(out_kind))),
                             to_device(shared) if shared.size else None,
                             tuple(to_device(a) for a in nonzeros), plan.segment_pieces, lanes, panel_columns,
-                            min_blocks_per_sm, bool(packed))
+                            min_blocks_per_sm, bool(packed or async_loads), loads, stages)
 
 
 register(KernelSpec(
@@ -550,4 +739,13 @@ register(KernelSpec(
     build=lambda: (kernel_function("f16", "f32", packed=True), signature("f16", "f32", packed=True),
                    {"launch_bounds": LAUNCH_BOUNDS}),
     expected_sass=("LDG.E.128", "LDG.E.64", "FFMA", "RED"),
+))
+register(KernelSpec(
+    name="csr-segments-async",
+    description="the CSR segment kernel with cp.async loads (prepare(..., loads='cp_async')): each lane copies "
+                "its B octets into its own slots of a 4-piece ring in shared memory, 3 pieces ahead of the one "
+                "it multiplies; packed pieces; fp16 in, fp32 out",
+    build=lambda: (async_kernel_function("f16", "f32"), async_signature("f16", "f32"),
+                   {"launch_bounds": (THREADS, ASYNC_MIN_BLOCKS_PER_SM)}),
+    expected_sass=("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR", "FFMA", "RED"),
 ))

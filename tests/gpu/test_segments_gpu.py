@@ -16,8 +16,10 @@ from tests.gpu.spmm_checks import assert_elements_close, cast, irregular_matrice
 
 pytestmark = pytest.mark.gpu
 NO_PANELS = 1 << 30
-# The two piece fetches: from the CSR's arrays (default) and from packed pieces (prepare(packed=True)).
-FETCHES = pytest.mark.parametrize("packed", [False, True], ids=["csr-fetch", "packed"])
+# The three forms: the piece fetch from the CSR's arrays (default), from packed pieces (prepare(packed=True)),
+# and the cp.async ring on packed pieces (prepare(loads="cp_async")).
+FETCHES = pytest.mark.parametrize("fetch", [{}, {"packed": True}, {"loads": "cp_async"}],
+                                  ids=["csr-fetch", "packed", "cp_async"])
 
 
 def operator(A_fmt, out_dtype=np.float32, **options):
@@ -47,49 +49,49 @@ def _ragged(rng, M=700, K=900, longest=60):
 
 @FETCHES
 @pytest.mark.parametrize("name", ["citeseer.npz", "pubmed.npz", "rajat01.mtx", "bcsstk13.mtx"])
-def test_real_matrices(name, packed):
+def test_real_matrices(name, fetch):
     A = formats.CSR.from_scipy(load_matrix(datasets.matrix_path(name)).matrix)
     B = np.random.default_rng(len(name)).standard_normal((A.shape[1], 128)).astype(np.float16)
-    check_elementwise(operator(A, packed=packed), A, B, np.float32, f"segments {name} packed={packed}")
+    check_elementwise(operator(A, **fetch), A, B, np.float32, f"segments {name} {fetch}")
 
 
 @FETCHES
 @pytest.mark.parametrize("N", [1, 7, 64, 130, 256])
-def test_ragged_n(N, packed):
+def test_ragged_n(N, fetch):
     """N = 1 / 7 / 130: the element path (8 two-byte loads per lane); 64 / 256: 16-byte loads."""
     rng = np.random.default_rng(N)
     A = formats.CSR.from_scipy(_ragged(rng))
     B = rng.standard_normal((A.shape[1], N)).astype(np.float16)
-    check_elementwise(operator(A, packed=packed), A, B, np.float32, f"segments N={N} packed={packed}")
+    check_elementwise(operator(A, **fetch), A, B, np.float32, f"segments N={N} {fetch}")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("same_out", [False, True], ids=["out-f32", "out-input"])
 @FETCHES
-def test_dtypes(dtype, same_out, packed):
+def test_dtypes(dtype, same_out, fetch):
     rng = np.random.default_rng(1)
     A = formats.CSR.from_scipy(_ragged(rng, 300, 350), dtype=dtype)
     B = rng.standard_normal((350, 136)).astype(dtype)
     out_dtype = dtype if same_out else np.float32
-    check_elementwise(operator(A, out_dtype, packed=packed), A, B, out_dtype, f"segments {np.dtype(dtype).name}")
+    check_elementwise(operator(A, out_dtype, **fetch), A, B, out_dtype, f"segments {np.dtype(dtype).name}")
 
 
 @pytest.mark.parametrize("case", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "one-column", "all-zero"])
 @pytest.mark.parametrize("out_dtype", [np.float32, np.float16], ids=["f32", "f16"])
 @FETCHES
-def test_generated(case, out_dtype, packed):
+def test_generated(case, out_dtype, fetch):
     """Empty rows, one dense row (split over segments: fp32 atomics into C, or into fp32 partial sums
     rounded into an fp16 C), odd shapes."""
     rng = np.random.default_rng(0)
     A = formats.CSR.from_scipy(irregular_matrices(rng)[case])
     B = rng.standard_normal((A.shape[1], 72)).astype(np.float16)
-    check_elementwise(operator(A, out_dtype, packed=packed), A, B, out_dtype, f"segments {case} packed={packed}")
+    check_elementwise(operator(A, out_dtype, **fetch), A, B, out_dtype, f"segments {case} {fetch}")
 
 
 @FETCHES
 @pytest.mark.parametrize("N", [64, 130])
-def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N, packed):
+def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N, fetch):
     """B[k_inf] = Inf, B[k_nan] = NaN: exactly the rows holding a nonzero in those columns are not finite.
     Rows right before empty rows end on k_inf, so a masked slot that re-reads a neighbour's nonzero must
     zero both factors."""
@@ -105,7 +107,7 @@ def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N, packed):
     A = formats.CSR.from_scipy(sp.csr_array(dense))
     B = rng.standard_normal((300, N)).astype(np.float16)
     B[k_inf], B[k_nan] = np.inf, np.nan
-    C = product(operator(A, packed=packed), A, B, np.float32)
+    C = product(operator(A, **fetch), A, B, np.float32)
     touched = (dense[:, k_inf] != 0) | (dense[:, k_nan] != 0)
     assert not np.isfinite(C[touched]).any()
     clean = np.where(np.isfinite(B.astype(np.float64)), B.astype(np.float64), 0.0)
@@ -119,7 +121,12 @@ def test_inf_and_nan_in_b_reach_only_the_rows_that_reference_them(N, packed):
                                      {"lanes": 2, "panel_columns": 16}, {"lanes": 1, "panel_columns": 40},
                                      {"panel_columns": NO_PANELS}, {"min_blocks_per_sm": 4},
                                      {"packed": True, "lanes": 2}, {"packed": True, "segment_pieces": 1},
-                                     {"packed": True, "min_blocks_per_sm": 4}], ids=str)
+                                     {"packed": True, "min_blocks_per_sm": 4},
+                                     {"loads": "cp_async", "stages": 2}, {"loads": "cp_async", "stages": 3},
+                                     {"loads": "cp_async", "stages": 6, "min_blocks_per_sm": 2},
+                                     {"loads": "cp_async", "lanes": 1}, {"loads": "cp_async", "lanes": 32},
+                                     {"loads": "cp_async", "segment_pieces": 1},
+                                     {"loads": "cp_async", "lanes": 2, "panel_columns": 16}], ids=str)
 def test_tuning_knobs(options):
     """Every configuration scripts/tune.py segments measures computes the same product, at 16-byte loads
     (N = 256) and the element path (N = 24), one panel or several."""
@@ -139,7 +146,8 @@ def test_larger_uniform_matrix():
     A_sp.sum_duplicates()
     A = formats.CSR.from_scipy(A_sp)
     B = rng.standard_normal((M, 128)).astype(np.float16)
-    check_elementwise(operator(A), A, B, np.float32, "segments uniform 2^16")
+    for fetch in ({}, {"loads": "cp_async"}):
+        check_elementwise(operator(A, **fetch), A, B, np.float32, f"segments uniform 2^16 {fetch}")
 
 
 def test_bound_product_replays():
@@ -155,8 +163,8 @@ def test_bound_product_replays():
     A = formats.CSR.from_scipy(irregular_matrices(rng)["arrow"])
     B_host = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
     B = cuda.to_device(B_host)
-    for out_dtype in (np.float16, np.float32):
-        op = operator(A, out_dtype)
+    for out_dtype, fetch in ((np.float16, {}), (np.float32, {}), (np.float16, {"loads": "cp_async"})):
+        op = operator(A, out_dtype, **fetch)
         shared = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=op._prepared.segment_pieces).shared_rows
         whole = np.setdiff1d(np.arange(A.shape[0]), shared)
         assert shared.size and whole.size
@@ -174,7 +182,8 @@ def test_bound_product_replays():
 
 
 @pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
-def test_split_rows_with_a_16_bit_c_sum_in_fp32(out_dtype):
+@pytest.mark.parametrize("fetch", [{}, {"loads": "cp_async"}], ids=["registers", "cp_async"])
+def test_split_rows_with_a_16_bit_c_sum_in_fp32(out_dtype, fetch):
     """Long rows split over many segments with a 16-bit C: the parts meet in fp32 partial sums, rounded
     into C once. Row 0's first half sums to about +2^17 and its second half to about -2^17 (either half
     overflows fp16, 65504), the whole row to a small value: a 16-bit partial sum would give Inf or NaN."""
@@ -191,10 +200,10 @@ def test_split_rows_with_a_16_bit_c_sum_in_fp32(out_dtype):
     B[columns] = 87.0                                             # exact in fp16 and bf16, as are the sums
     B[columns[0]] = 88.0                                          # row 0: exactly 1.0 in every column
     B = B.astype(out_dtype)
-    C = product(operator(A, out_dtype), A, B, out_dtype)
+    C = product(operator(A, out_dtype, **fetch), A, B, out_dtype)
     assert np.isfinite(C).all()
     assert np.array_equal(C[0], np.ones(64))
-    check_elementwise(operator(A, out_dtype), A, B, out_dtype, f"segments split rows {np.dtype(out_dtype).name}")
+    check_elementwise(operator(A, out_dtype, **fetch), A, B, out_dtype, f"segments split rows {np.dtype(out_dtype).name}")
 
 
 def test_refused_without_experimental():
@@ -206,7 +215,8 @@ def test_refused_without_experimental():
 
 
 @pytest.mark.parametrize("offset_b,offset_c", [(4, 0), (0, 2), (4, 2)], ids=["B-8-byte", "C-8-byte", "both"])
-def test_unaligned_buffers_take_the_element_paths(offset_b, offset_c):
+@pytest.mark.parametrize("fetch", [{}, {"loads": "cp_async"}], ids=["registers", "cp_async"])
+def test_unaligned_buffers_take_the_element_paths(offset_b, offset_c, fetch):
     """B or C starting 8 bytes past a 16-byte boundary (N = 128 still a multiple of 8): element loads /
     scalar stores, the same product."""
     from numba import cuda
@@ -218,7 +228,7 @@ def test_unaligned_buffers_take_the_element_paths(offset_b, offset_c):
     B_flat = cuda.to_device(np.concatenate([np.zeros(offset_b, np.float16), B_host.ravel()]))
     C_flat = cuda.to_device(np.full(M * N + offset_c, np.nan, np.float32))
     B_dev, C_dev = B_flat[offset_b:].reshape(K, N), C_flat[offset_c:].reshape(M, N)
-    operator(A)(B_dev, out=C_dev)
+    operator(A, **fetch)(B_dev, out=C_dev)
     C = C_dev.copy_to_host().astype(np.float64)
     ref = sp.csr_array(A.to_scipy()).astype(np.float64) @ B_host.astype(np.float64)
     assert not np.isnan(C).any()
