@@ -24,7 +24,15 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
   columns; 16 and 8 when asked for) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
 
-Not measured yet: which of these pay, and by how much (``scripts/tune.py segments``).
+* **cp.async ring** (``loads="cp_async"``, experimental, not the default until timed): each lane copies its
+  pieces' B octets with ``cp.async`` into its own 16-byte slots of a ring of ``stages`` pieces in shared
+  memory, ``stages - 1`` pieces ahead of the one it multiplies, so that the B bytes in flight are bounded
+  by shared memory (192 KB an SM at 4 stages) instead of the registers that receive them (one piece,
+  64 bytes a lane). It reads packed pieces whose padding slots name no column (``NO_COLUMN``: zero-filled,
+  nothing read). Where B is not 16-byte aligned it stages the octets with ordinary loads.
+
+Measured (``scripts/tune.py segments``, H100, NOTES.md): 16 pieces a segment, 4 lanes at K = 2^20; 1 and
+2 lanes and packed pieces lost. The cp.async ring: ``scripts/tune.py cp_async``.
 """
 from __future__ import annotations
 
