@@ -29,6 +29,7 @@
   cp_async  the segment kernel's B octets copied by cp.async into a ring of pieces in shared memory
          (``loads="cp_async"``: stages, blocks per SM) against its register form, on the 2^20-row R-MAT
          and uniform matrices at N = 128 / 64 / 256, fp16 and fp32 C (cuSPARSE, torch's call, for scale);
+         the environment variable ``NBSPMM_TUNE_N`` (e.g. 128, or 64,256) replaces these N here and in ``segments``;
   raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
@@ -389,6 +390,12 @@ SEGMENTS_CONFIGS = ({}, {"lanes": 2}, {"packed": True}, {"packed": True, "lanes"
                     {"min_blocks_per_sm": 4}, {"out_dtype": "float16"}, {"lanes": 2, "out_dtype": "float16"})
 
 
+def segments_n() -> tuple:
+    """SEGMENTS_N, or the N values of the environment variable NBSPMM_TUNE_N (comma-separated)."""
+    given = os.environ.get("NBSPMM_TUNE_N")
+    return tuple(int(n) for n in given.split(",")) if given else SEGMENTS_N
+
+
 @functools.lru_cache(maxsize=None)
 def scattered_matrices() -> dict:
     """The SEGMENTS_MATRICES (2^20 rows, paper scale) as scipy CSR, built once."""
@@ -404,7 +411,7 @@ def part_segments(timer) -> list[dict]:
     """The segment kernel's knobs (SEGMENTS_CONFIGS) on the scattered 2^20-row matrices, with the row kernel
     and cuSPARSE for scale."""
     rows = []
-    for N in SEGMENTS_N:
+    for N in segments_n():
         for label, matrix in scattered_matrices().items():
             case = Case(f"{label}/N={N}", matrix, N)
             rows.append(time_cusparse(case, timer))
@@ -431,7 +438,7 @@ def part_cp_async(timer) -> list[dict]:
     """The segment kernel's cp.async ring (ASYNC_CONFIGS) on the scattered 2^20-row matrices, N = 128 / 64 /
     256, fp16 and fp32 C, with the register form and cuSPARSE (torch's call) for scale."""
     rows = []
-    for N in SEGMENTS_N:                        # N = 128 on both matrices first: a cut-short run has answered it
+    for N in segments_n():                      # N = 128 on both matrices first: a cut-short run has answered it
         for label, matrix in scattered_matrices().items():
             case = Case(f"{label}/N={N}", matrix, N)
             rows.append(time_cusparse(case, timer))
