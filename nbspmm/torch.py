@@ -71,7 +71,8 @@ class BlockSparseLinear(nn.Module):
     """y = x @ Wᵀ + bias with W (out_features × in_features) stored as the kept BM × BK blocks."""
 
     def __init__(self, in_features: int, out_features: int, block=DEFAULT_BLOCK, bias: bool = True,
-                 dtype=torch.float16, device=None, orientation: str = DEFAULT_ORIENTATION, experimental: bool = False):
+                 dtype=torch.float16, device=None, orientation: str = DEFAULT_ORIENTATION, experimental: bool = False,
+                 kernel_options: Optional[dict] = None):
         super().__init__()
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"BlockSparseLinear takes float16 or bfloat16 weights; got {dtype}")
@@ -81,6 +82,8 @@ class BlockSparseLinear(nn.Module):
         self.orientation = orientation
         # Passed to SpMMOperator: admits kernels not yet verified on a GPU (e.g. 128-row blocks).
         self.experimental = bool(experimental)
+        # Passed to SpMMOperator as keyword options of the kernel (e.g. item_order="planned"); not state.
+        self.kernel_options = dict(kernel_options or {})
         self.in_features, self.out_features, self.block = int(in_features), int(out_features), tuple(block)
         grid = pruning.block_grid((self.out_features, self.in_features), self.block)
         self.register_buffer("block_mask", torch.zeros(grid, dtype=torch.bool, device=device))
@@ -93,13 +96,14 @@ class BlockSparseLinear(nn.Module):
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def from_block_mask(cls, weight, mask, block=DEFAULT_BLOCK, bias=None, dtype=None,
-                        orientation: str = DEFAULT_ORIENTATION, experimental: bool = False) -> "BlockSparseLinear":
+                        orientation: str = DEFAULT_ORIENTATION, experimental: bool = False,
+                        kernel_options: Optional[dict] = None) -> "BlockSparseLinear":
         """The layer of `weight` (out × in, a tensor) keeping the blocks where `mask` is True."""
         weight = torch.as_tensor(weight)
         dtype = dtype or (weight.dtype if weight.dtype in SUPPORTED_DTYPES else torch.float16)
         out_features, in_features = weight.shape
         layer = cls(in_features, out_features, block, bias is not None, dtype, weight.device, orientation,
-                    experimental)
+                    experimental, kernel_options)
         mask = torch.as_tensor(np.asarray(mask, dtype=bool), device=weight.device)
         layer.block_mask.copy_(mask)                   # copy_ checks the mask's shape against the grid
         layer.blocks = _blocks_of(weight.to(dtype), mask, layer.block)
@@ -109,7 +113,8 @@ class BlockSparseLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, linear_or_weight, sparsity: float = 0.9, block=DEFAULT_BLOCK, dtype=None,
-                   orientation: str = DEFAULT_ORIENTATION, experimental: bool = False, per_row: bool = False):
+                   orientation: str = DEFAULT_ORIENTATION, experimental: bool = False, per_row: bool = False,
+                   kernel_options: Optional[dict] = None):
         """Magnitude block pruning (``nbspmm.pruning``) of an ``nn.Linear`` or a weight tensor; ``per_row``:
         every block row keeps the same number of blocks (equal work per row for the kernel)."""
         if isinstance(linear_or_weight, nn.Linear):
@@ -119,7 +124,7 @@ class BlockSparseLinear(nn.Module):
             weight, bias = torch.as_tensor(linear_or_weight).detach(), None
         scores = weight.float().cpu().numpy()
         mask = pruning.magnitude_block_mask(scores, sparsity, block, per_row)
-        return cls.from_block_mask(weight, mask, block, bias, dtype, orientation, experimental)
+        return cls.from_block_mask(weight, mask, block, bias, dtype, orientation, experimental, kernel_options)
 
     def to_dense(self) -> torch.Tensor:
         """W (out × in) with the dropped blocks zero, in the layer's dtype and device."""
@@ -169,7 +174,7 @@ class BlockSparseLinear(nn.Module):
 
             dtype = self.blocks.dtype
             self._operator = SpMMOperator(self.sparse_format(), out_dtype=_numpy_dtype(dtype),
-                                          experimental=self.experimental)
+                                          experimental=self.experimental, **self.kernel_options)
         return self._operator
 
     def sparse_format(self) -> formats.BCSR:

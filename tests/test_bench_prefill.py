@@ -48,6 +48,10 @@ def test_cli_prefill_runs_alone_and_needs_a_gpu(capsys):
     assert "blocks 128x64" in capsys.readouterr().out
     assert main(["bench", "--suite", "prefill", "--per-row-blocks", "--dry-run"]) == 0
     assert "per_row block masks" in capsys.readouterr().out
+    assert main(["bench", "--suite", "prefill", "--item-order", "planned", "--dry-run"]) == 0
+    assert "planned item order" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "prefill", "--item-order", "random"])
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "prefill", "--linear-block", "128"])
     assert "ROWSxCOLS" in capsys.readouterr().err
@@ -70,9 +74,10 @@ def test_recorded_result_is_checked_or_absent(tmp_path):
 def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation(tmp_path):
     import json
 
-    def write(name, layers, date, orientation=None, block=None, commit="9078b16", mask=None):
+    def write(name, layers, date, orientation=None, block=None, commit="9078b16", mask=None, item_order=None):
         settings = {"layers": layers, **({"orientation": orientation} if orientation else {}),
-                    **({"linear_block": block} if block else {}), **({"linear_mask": mask} if mask else {})}
+                    **({"linear_block": block} if block else {}), **({"linear_mask": mask} if mask else {}),
+                    **({"item_order": item_order} if item_order else {})}
         record = {"schema": prefill.SCHEMA, "environment": {"date": date, "gpu": "NVIDIA H100",
                                                             "commit": {"hash": commit, "dirty": False}},
                   "settings": settings, "rows": rows()}
@@ -85,20 +90,31 @@ def test_recorded_result_picks_the_most_layers_then_the_newest_or_an_orientation
     write("prefill_28layers_128x64.json", 28, "2026-12-07T00:00:00", "linear", [128, 64])   # newest: other blocks
     write("prefill_28layers_later.json", 28, "2026-12-07T01:00:00", "linear", commit="b4389d6")   # a later commit
     write("prefill_28layers_per_row.json", 28, "2026-12-07T02:00:00", "linear", mask=prefill.PER_ROW_MASK)
+    write("prefill_28layers_planned.json", 28, "2026-12-07T03:00:00", "linear", commit="b4389d6", item_order="planned")
     (tmp_path / "bench_llm.json").write_text("{}")                            # not a prefill file: not read
     assert [r.path.name for r in prefill.recorded_results(tmp_path)] == [
         prefill.RESULT_FILE, "prefill_4layers_linear.json",
         "prefill_28layers_transpose_h100.json", "prefill_28layers_linear_h100.json", "prefill_28layers_128x64.json",
-        "prefill_28layers_later.json", "prefill_28layers_per_row.json"]
+        "prefill_28layers_later.json", "prefill_28layers_per_row.json", "prefill_28layers_planned.json"]
     assert prefill.recorded_result(tmp_path).path.name == "prefill_28layers_later.json"
     assert prefill.recorded_result(tmp_path, commit="9078b16").path.name == "prefill_28layers_linear_h100.json"
     assert prefill.recorded_result(tmp_path, block=(128, 64)).path.name == "prefill_28layers_128x64.json"
     assert prefill.recorded_result(tmp_path, block=None).path.name == "prefill_28layers_later.json"
     assert prefill.recorded_result(tmp_path, mask=prefill.PER_ROW_MASK).path.name == "prefill_28layers_per_row.json"
     assert prefill.recorded_result(tmp_path, block=None, mask=None).path.name == "prefill_28layers_per_row.json"
+    assert prefill.recorded_result(tmp_path, item_order="planned").path.name == "prefill_28layers_planned.json"
+    assert prefill.recorded_result(tmp_path, block=None, mask=None, item_order=None).path.name == \
+        "prefill_28layers_planned.json"
     assert prefill.recorded_result(tmp_path, "transpose").path.name == "prefill_28layers_transpose_h100.json"
     assert prefill.recorded_result(tmp_path, "linear").data["settings"]["layers"] == 28
     assert prefill.recorded_result(tmp_path / "absent") is None
     (tmp_path / "prefill_broken.json").write_text(json.dumps({"schema": "other"}))
     with pytest.raises(ValueError, match="schema"):                          # a bad prefill file is an error
         prefill.recorded_result(tmp_path)
+
+
+def test_item_orders_are_the_pipelines():
+    from nbspmm.kernels.pipeline.config import ITEM_ORDERS, PipelineConfig
+
+    assert prefill.ITEM_ORDERS == ITEM_ORDERS
+    assert PipelineConfig.item_order == prefill.DEFAULT_ITEM_ORDER

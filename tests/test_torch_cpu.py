@@ -163,3 +163,26 @@ def test_linear_orientation_matches_and_its_fake_strides_are_the_real_ones():
                           (x, layer.blocks, layer.bias, layer.layer_id, 192, True))
     with pytest.raises(ValueError, match="orientation"):
         BlockSparseLinear(136, 192, orientation="columns")
+
+
+def test_kernel_options_reach_the_operator_and_are_not_state(monkeypatch):
+    """kernel_options (e.g. the planned item order) go to SpMMOperator as keywords; they are not in the
+    state_dict, and the CPU reference path ignores them."""
+    from nbspmm import api
+
+    built = []
+
+    class Recorder:
+        def __init__(self, fmt, **kwargs):
+            built.append(kwargs)
+
+    monkeypatch.setattr(api, "SpMMOperator", Recorder)
+    weight = torch.randn(128, 192, dtype=torch.float16)
+    layer = BlockSparseLinear.from_dense(weight, 0.5, experimental=True, kernel_options={"item_order": "planned"})
+    assert layer.kernel_options == {"item_order": "planned"}
+    layer.operator()
+    assert built == [{"out_dtype": np.float16, "experimental": True, "item_order": "planned"}]
+    assert not any("kernel_options" in key or "item_order" in key for key in layer.state_dict())
+    x = torch.randn(3, 192, dtype=torch.float16)
+    assert torch.allclose(layer(x).float(), x.float() @ layer.to_dense().float().T, rtol=2e-2, atol=2e-2)
+    assert BlockSparseLinear.from_dense(weight, 0.5).kernel_options == {}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nbspmm import device
 from nbspmm.bench import candidates as cand
-from nbspmm.bench import suites
+from nbspmm.bench import prefill, suites
 
 DEFAULT_KERNELS = "bcsr,wcsr"
 PEER_MODES = ("auto", "all", "none")
@@ -188,6 +188,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-row-blocks", action="store_true",
                         help="prefill suite: every block row of a weight keeps the same number of blocks "
                              "(default: the kept blocks at uniformly random positions)")
+    parser.add_argument("--item-order", choices=prefill.ITEM_ORDERS, default=None,
+                        help="prefill suite: the persistent BCSR kernels' item order (default strided; planned: "
+                             "per-CTA item lists made on the host, experimental)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")
@@ -331,8 +334,6 @@ def _run_on_gpu(args, specs, backend, gpu) -> int:
 
 
 def _run_prefill(args: argparse.Namespace) -> int:
-    from nbspmm.bench import prefill
-
     if not args.dry_run:
         ok, why = device.hopper_status()
         if not ok:

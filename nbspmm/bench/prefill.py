@@ -29,6 +29,10 @@ CHANGED = {"dense": (), "sparse": ("linear",), "combined": ("linear", "attention
 LINEAR_SPARSITY = 0.9
 LINEAR_BLOCK = (64, 64)
 # How the linear layers' kept blocks are placed (settings "linear_mask"; runs before the option: random).
+# The persistent BCSR kernels' item orders (nbspmm.kernels.pipeline.config.ITEM_ORDERS, tested equal: named
+# here so that the bench CLI does not import numba), the first the default.
+ITEM_ORDERS = ("strided", "planned")
+DEFAULT_ITEM_ORDER = ITEM_ORDERS[0]
 RANDOM_MASK, PER_ROW_MASK = "random", "per_row"     # uniform over the weight / the same count per block row
 ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
@@ -101,20 +105,27 @@ def recorded_mask(result: dict) -> str:
     return result.get("settings", {}).get("linear_mask") or RANDOM_MASK
 
 
-def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK, commit=None, mask=RANDOM_MASK):
+def recorded_item_order(result: dict) -> str:
+    """The persistent kernels' item order of a recorded run (DEFAULT_ITEM_ORDER before the option)."""
+    return result.get("settings", {}).get("item_order") or DEFAULT_ITEM_ORDER
+
+
+def recorded_result(directory=None, orientation=None, block=LINEAR_BLOCK, commit=None, mask=RANDOM_MASK,
+                    item_order=DEFAULT_ITEM_ORDER):
     """The recorded prefill run with the most decoder layers (the newest of those), checked, or None; with
     `orientation` ("linear" / "transpose"), only runs whose settings name that BlockSparseLinear
     orientation (runs from before the option name none); only runs pruned in `block` blocks (the
-    issue's 64 × 64 by default; None: any) and placed by `mask` (RANDOM_MASK by default; None: any); with
-    `commit`, only runs of that commit (as the record's environment names it:
-    ``nbspmm.teach.recorded.commit_text``)."""
+    issue's 64 × 64 by default; None: any), placed by `mask` (RANDOM_MASK by default; None: any) and
+    run in `item_order` (DEFAULT_ITEM_ORDER by default; None: any); with `commit`, only runs of that
+    commit (as the record's environment names it: ``nbspmm.teach.recorded.commit_text``)."""
     from nbspmm.teach.recorded import commit_text
 
     found = [r for r in recorded_results(directory)
              if (orientation is None or r.data.get("settings", {}).get("orientation") == orientation)
              and (block is None or recorded_block(r.data) == tuple(block))
              and (commit is None or commit_text(r.environment) == commit)
-             and (mask is None or recorded_mask(r.data) == mask)]
+             and (mask is None or recorded_mask(r.data) == mask)
+             and (item_order is None or recorded_item_order(r.data) == item_order)]
     return found[-1] if found else None
 
 
@@ -223,20 +234,25 @@ def run(args) -> int:
     if args.dry_run:
         print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
               f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}, blocks {block[0]}x{block[1]}, "
-              f"{PER_ROW_MASK if getattr(args, 'per_row_blocks', False) else RANDOM_MASK} block masks")
+              f"{PER_ROW_MASK if getattr(args, 'per_row_blocks', False) else RANDOM_MASK} block masks, "
+              f"{getattr(args, 'item_order', None) or DEFAULT_ITEM_ORDER} item order")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
     orientation = getattr(args, "orientation", "linear")
     # A block shape other than the default may need a kernel not yet verified on a GPU (128 x 64: stacked).
     per_row = bool(getattr(args, "per_row_blocks", False))
+    # The planned item order (per-CTA item lists) is experimental too.
+    item_order = getattr(args, "item_order", None) or DEFAULT_ITEM_ORDER
+    kernel_options = {} if item_order == DEFAULT_ITEM_ORDER else {"item_order": item_order}
     sparse = qwen.sparsify(dense, LINEAR_SPARSITY, block, "sdpa", seed=args.seed, orientation=orientation,
-                           experimental=block != LINEAR_BLOCK, per_row=per_row)
+                           experimental=block != LINEAR_BLOCK or bool(kernel_options), per_row=per_row,
+                           kernel_options=kernel_options)
     models = {"dense": dense, "sparse": sparse, "combined": qwen.with_attention(sparse, "flex")}
     settings = {"layers": layers, "tokens": tokens, "dtype": str(dtype), "repeats": repeats,
                 "linear_sparsity": LINEAR_SPARSITY, "linear_block": block, "attention_keep": ATTENTION_KEEP,
                 "attention_block": masks.ATTENTION_BLOCK, "seed": args.seed, "orientation": orientation,
-                "linear_mask": PER_ROW_MASK if per_row else RANDOM_MASK}
+                "linear_mask": PER_ROW_MASK if per_row else RANDOM_MASK, "item_order": item_order}
     result = {"schema": SCHEMA, "environment": environment.capture(), "settings": settings, "rows": []}
     for t in tokens:
         rng = np.random.default_rng(args.seed)

@@ -249,11 +249,12 @@ class QwenDecoder(nn.Module):
 
 def sparsify(dense: QwenDecoder, sparsity: float = 0.9, block=(64, 64), attention: str = "sdpa",
              seed: int = 0, orientation: str = "linear", experimental: bool = False,
-             per_row: bool = False) -> QwenDecoder:
+             per_row: bool = False, kernel_options: dict | None = None) -> QwenDecoder:
     """A model sharing dense's norms whose projections are BlockSparseLinear, each keeping a random
     (seeded) fraction 1 - sparsity of its blocks (``per_row``: of each block row's); `attention` "sdpa"
     or "flex"; `orientation` the layers' (BlockSparseLinear: "transpose" or "linear"); `experimental`
-    theirs (BlockSparseLinear)."""
+    theirs (BlockSparseLinear), as are `kernel_options` (SpMMOperator keyword options, e.g.
+    ``{"item_order": "planned"}``)."""
     from nbspmm.torch import BlockSparseLinear
 
     rng = np.random.default_rng(seed)
@@ -264,7 +265,8 @@ def sparsify(dense: QwenDecoder, sparsity: float = 0.9, block=(64, 64), attentio
             mask = masks.random_linear_mask(tuple(linear.weight.shape), block, sparsity, rng, per_row)
             bias = None if linear.bias is None else linear.bias.detach()
             sparse[name] = BlockSparseLinear.from_block_mask(linear.weight.detach(), mask, block, bias,
-                                                             orientation=orientation, experimental=experimental)
+                                                             orientation=orientation, experimental=experimental,
+                                                             kernel_options=kernel_options)
         layer.proj = sparse
     return model
 
