@@ -459,18 +459,19 @@ def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lane
         for piece in range(first, last):
             piece = int32(piece)
             later = piece + int32(ahead)               # its slots were read one piece ago: free again
+            # What the next iteration needs, loaded first (ahead of the copies' branch, so that ptxas
+            # keeps them above the wait and their latency hides under it): the columns of the piece after
+            # `later`, and the next piece's values and flush.
+            next_pair = load_16_bytes(indices, later + int32(1), 0)
+            next_values = data[piece + int32(1)]
+            following = min(piece + int32(1), last_piece)
+            next_action, next_row = piece_flush[following], piece_row[following]
             if later < last:
                 later_stage = _piece_stage(later, first, stages)
                 for u in range(GROUP):
                     stage_octet(B, b_base, row_bytes, column(pair, u), octet, ring_words,
                                 _ring_slot(later_stage, u, thread))
             cp_async_commit_group()                    # one group a piece, empty past the segment's end
-            pair = load_16_bytes(indices, later + int32(1), 0)
-            next_values = data[piece + int32(1)]
-            # The next piece's flush, loaded here so that its latency hides under the wait (ptxas would
-            # sink a load used only by the flush into it, after the wait).
-            following = min(piece + int32(1), last_piece)
-            next_action, next_row = piece_flush[following], piece_row[following]
             cp_async_wait_group(ahead)                 # at most `ahead` newer groups pending: piece's landed
             stage = _piece_stage(piece, first, stages)
             for u in range(GROUP):
@@ -482,7 +483,7 @@ def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lane
                     acc[i] += a * unpack(raw, u, i)
             if action != KEEP:
                 flush(C, partials, row, octet, acc, action == ADD)
-            values, action, row = next_values, next_action, next_row
+            pair, values, action, row = next_pair, next_values, next_action, next_row
 
     return csr_segments_async
 
