@@ -137,8 +137,9 @@ def _segments_features(c: Counts, n: int) -> dict[str, float]:
     # Every lane group walks its segments once per column slice of lanes × 8 columns (the lanes chosen
     # as the kernel does, by K and N): each slice re-reads the pieces' indices and values. A piece is a
     # round of up to GROUP B-row loads, the next piece's indices loaded meanwhile. A row longer than one
-    # segment is split (fp32 atomics) and its rows zeroed first: one more launch.
-    lanes = segment_kernel.default_lanes(c.k, n, VALUE_BYTES)
+    # segment is split (fp32 atomics) and its rows zeroed first: one more launch. The lanes by the rule the
+    # stored runs were made with (l2_fitting_lanes), not today's default, until the model is refitted.
+    lanes = segment_kernel.l2_fitting_lanes(c.k, n, VALUE_BYTES)
     slices = -(-n // (lanes * segment_kernel.OCTET))
     segment_nonzeros = segment_kernel.GROUP * segment_kernel.SEGMENT_PIECES
     return {"launch": 1.0, "gathered B MB": c.nnz * n * VALUE_BYTES / MB,

@@ -83,9 +83,13 @@ def test_panel_order_visits_every_block_once():
 def test_lanes_and_panels_follow_n_and_l2():
     assert [segments.default_lanes(4096, n, 2) for n in (1, 32, 33, 64, 65, 128, 129, 256, 4096)] == \
         [4, 4, 8, 8, 16, 16, 32, 32, 32]
-    # K = 2^20 fp16: 2 MB per column; no slice of the default groups fits 50 MB: the narrowest (32 columns).
-    assert segments.default_lanes(2**20, 128, 2) == segments.NARROWEST_DEFAULT_LANES == 4
-    assert segments.default_lanes(2**18, 256, 2) == 8               # 64 columns × 512 KB = 32 MB
+    # Whatever K: one slice covering N (the L2-fitting rule lost on the 2^20-row matrices).
+    assert segments.default_lanes(2**20, 128, 2) == 16 and segments.default_lanes(2**20, 256, 2) == 32
+    # The earlier rule, kept for the cost model: K = 2^20 fp16 is 2 MB per column; no slice of the default
+    # groups fits 50 MB: the narrowest (32 columns); K = 2^18: 64 columns × 512 KB = 32 MB.
+    assert segments.l2_fitting_lanes(2**20, 128, 2) == segments.NARROWEST_DEFAULT_LANES == 4
+    assert segments.l2_fitting_lanes(2**18, 256, 2) == 8
+    assert [segments.l2_fitting_lanes(4096, n, 2) for n in (1, 64, 256)] == [4, 8, 32]
     blocks, item_blocks, per_panel, n_slices = segments.grid_shape(1000, 2**20, 128, 4, 2)
     assert (item_blocks, per_panel, n_slices) == (16, 1, 4) and blocks == 64   # 64 segments per block
     blocks, item_blocks, per_panel, n_slices = segments.grid_shape(1000, 2**20, 128, 2, 2)

@@ -21,8 +21,9 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   (or write) the 8 values one by one.
 * **L2 column panels**: a lane group of ``lanes`` lanes covers a slice of ``lanes * 8`` columns; the
   grid walks the slices panel by panel (all segments of one panel of columns before the next), a panel
-  as wide as fits B's K rows into L2 (``L2_BYTES``), and by default the slice is narrowed (down to 32
-  columns; 16 and 8 when asked for) until it fits too, so that a panel's random row gathers can hit L2 instead of DRAM.
+  as wide as fits B's K rows into L2 (``L2_BYTES``). By default one slice covers N (``default_lanes``):
+  narrower slices, so that one would fit L2, were the default until measured slower (a slice re-reads
+  the segments' indices; NOTES.md). Narrower groups stay available (``lanes=``).
 
 * **cp.async ring** (``loads="cp_async"``, experimental, not the default until timed): each lane copies its
   pieces' B octets with ``cp.async`` into its own 16-byte slots of a ring of ``stages`` pieces in shared
@@ -31,8 +32,9 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   64 bytes a lane). It reads packed pieces whose padding slots name no column (``NO_COLUMN``: zero-filled,
   nothing read). Where B is not 16-byte aligned it stages the octets with ordinary loads.
 
-Measured (``scripts/tune.py segments``, H100, NOTES.md): 16 pieces a segment, 4 lanes at K = 2^20; 1 and
-2 lanes and packed pieces lost. The cp.async ring: ``scripts/tune.py cp_async``.
+Measured (``scripts/tune.py segments`` and ``cp_async``, H100, NOTES.md): 16 pieces a segment; 1 and 2
+lanes and packed pieces lost; one slice covering N beat L2-sized slices; the cp.async ring 2-12% faster
+than registers on the 2^20-row matrices (not yet timed on small ones).
 """
 from __future__ import annotations
 
@@ -79,9 +81,8 @@ LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
 # sector of a B row), 4 lanes 32 ... a warp 256 (segments per warp: 32, 16, 8, 4, 2, 1). The narrow
 # groups exist for the L2 panels: at K = 2^20 rows of fp16, only a slice of 16 columns (32 MB) fits L2.
 LANE_GROUPS = (1, 2, 4, 8, 16, WARP)
-# The narrowest group the default takes: the 1- and 2-lane groups are built and tested but not yet timed
-# against 4 lanes on a GPU (scripts/tune.py segments), and format="auto"'s cost model was fitted on runs
-# whose narrowest default was 4 lanes. Lower it only with a measurement that says so.
+# The narrowest group the default takes: the 1- and 2-lane groups lost to 4 lanes everywhere (1.4-2.8x
+# slower, H100, 95f6927), and format="auto"'s cost model was fitted on runs whose narrowest default was 4.
 NARROWEST_DEFAULT_LANES = 4
 # Pieces per segment: at most 64 nonzeros. 16 against 8 (fp32 C, N = 128, H100, 2026-12-07, commit 95f6927,
 # scripts/tune.py segments): R-MAT 2^20 908 against 1170 µs, uniform 2^20 1476 against 1575 µs — half the
@@ -539,12 +540,21 @@ def whole_aligned_octets(matrix) -> bool:
 
 
 def default_lanes(K: int, N: int, itemsize: int) -> int:
-    """Lanes per segment: as few as cover N's octets, fewer while a slice of B (K rows × lanes · 8
-    columns) would not fit L2 — down to NARROWEST_DEFAULT_LANES (narrower ones only when asked for)."""
+    """Lanes per segment: as few as cover N's octets (at least NARROWEST_DEFAULT_LANES), whatever K: one
+    slice of columns, so a segment's indices are read once. Narrowing the slices until K rows of one fit
+    L2 (``l2_fitting_lanes``, the rule before 2026-12-07) lost on every 2^20-row case measured: R-MAT /
+    uniform fp16 C, N = 128, 16 lanes 769.5 / 1078.6 µs against 4 lanes 925.7 / 1517.4 (H100, a26d1aa)."""
     groups = [lanes for lanes in LANE_GROUPS if lanes >= NARROWEST_DEFAULT_LANES]
-    covering = next((lanes for lanes in groups if N <= lanes * OCTET), WARP)
+    return next((lanes for lanes in groups if N <= lanes * OCTET), WARP)
+
+
+def l2_fitting_lanes(K: int, N: int, itemsize: int) -> int:
+    """The earlier default: default_lanes, narrowed while a slice of B (K rows × lanes · 8 columns) would
+    not fit L2, down to NARROWEST_DEFAULT_LANES. Kept for the cost model, whose segment-kernel entry was
+    fitted on runs made with it (nbspmm.choose), until a refit on runs with the current default."""
+    groups = [lanes for lanes in LANE_GROUPS if lanes >= NARROWEST_DEFAULT_LANES]
     fitting = [lanes for lanes in groups if K * lanes * OCTET * itemsize <= L2_BYTES]
-    return min(covering, max(fitting, default=groups[0]))
+    return min(default_lanes(K, N, itemsize), max(fitting, default=groups[0]))
 
 
 def grid_shape(n_segments: int, K: int, N: int, lanes: int, itemsize: int, panel_columns: int | None = None):
