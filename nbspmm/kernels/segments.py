@@ -25,7 +25,7 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   narrower slices, so that one would fit L2, were the default until measured slower (a slice re-reads
   the segments' indices; NOTES.md). Narrower groups stay available (``lanes=``).
 
-* **cp.async ring** (``loads="cp_async"``, experimental, not the default until timed): each lane copies its
+* **cp.async ring** (``loads="cp_async"``; not the default until timed on small matrices): each lane copies its
   pieces' B octets with ``cp.async`` into its own 16-byte slots of a ring of ``stages`` pieces in shared
   memory, ``stages - 1`` pieces ahead of the one it multiplies, so that the B bytes in flight are bounded
   by shared memory (192 KB an SM at 4 stages) instead of the registers that receive them (one piece,
@@ -53,9 +53,9 @@ from formats.segments import ADD, KEEP, pack_pieces, segment_plan
 from nbspmm.kernels import rows
 from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader, make_storer, make_widener
 from nbspmm.kernels.prepared import check_output_rows
+from nbspmm.kernels.pipeline.config import MAX_DYNAMIC_SMEM
 from nbspmm.kernels.registry import KernelSpec, register
 from ptx_snippets import cp_async_16, cp_async_commit_group, cp_async_wait_group, global_addr, shared_addr_at
-from nbspmm.kernels.pipeline.config import MAX_DYNAMIC_SMEM
 
 WARP = rows.WARP
 OCTET = 8                         # consecutive columns of C per lane: one 16-byte load of 16-bit B values
@@ -407,9 +407,10 @@ def _make_octet_stager(vector: bool):
 def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
                           vector_store: bool = True, stages: int = ASYNC_STAGES):
     """The cp.async form of the kernel on packed pieces (``device_packed_pieces(..., pad_column=NO_COLUMN)``).
-    Per lane, piece p of its segment: copy piece p + stages - 1's octets into ring stage (p + stages - 1) %
-    stages (the columns loaded one piece earlier), commit; load the next columns and piece p + 1's values;
-    wait until piece p's group has landed (``cp.async.wait_group stages - 1``); multiply from the slots.
+    Per lane, piece p of its segment: load what the next piece needs (the columns of piece p + stages,
+    piece p + 1's values and flush); copy piece p + stages - 1's octets (its columns loaded one piece
+    earlier) into ring stage (p + stages - 1) % stages, commit; wait until piece p's group has landed
+    (``cp.async.wait_group stages - 1``); multiply from the slots.
     Roles: the stager (``vector``: cp.async, else synchronous loads), the flush (``vector_store``)."""
     if lanes not in LANE_GROUPS:
         raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
