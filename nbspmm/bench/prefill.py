@@ -29,11 +29,11 @@ CHANGED = {"dense": (), "sparse": ("linear",), "combined": ("linear", "attention
 LINEAR_SPARSITY = 0.9
 LINEAR_BLOCK = (64, 64)
 # How the linear layers' kept blocks are placed (settings "linear_mask"; runs before the option: random).
+RANDOM_MASK, PER_ROW_MASK = "random", "per_row"     # uniform over the weight / the same count per block row
 # The persistent BCSR kernels' item orders (nbspmm.kernels.pipeline.config.ITEM_ORDERS, tested equal: named
 # here so that the bench CLI does not import numba), the first the default.
 ITEM_ORDERS = ("strided", "planned")
 DEFAULT_ITEM_ORDER = ITEM_ORDERS[0]
-RANDOM_MASK, PER_ROW_MASK = "random", "per_row"     # uniform over the weight / the same count per block row
 ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
 COMPONENTS = ("attention", "linear", "rest")
@@ -231,11 +231,12 @@ def run(args) -> int:
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype[0]]
     config = qwen.QwenConfig(layers=layers)
     block = tuple(getattr(args, "linear_block", None) or LINEAR_BLOCK)
+    item_order = getattr(args, "item_order", None) or DEFAULT_ITEM_ORDER
     if args.dry_run:
         print(f"prefill: {layers} layers, tokens {tokens}, configs {', '.join(CONFIGS)}, {dtype}, "
               f"BlockSparseLinear orientation {getattr(args, 'orientation', 'linear')}, blocks {block[0]}x{block[1]}, "
               f"{PER_ROW_MASK if getattr(args, 'per_row_blocks', False) else RANDOM_MASK} block masks, "
-              f"{getattr(args, 'item_order', None) or DEFAULT_ITEM_ORDER} item order")
+              f"{item_order} item order")
         return 0
     print(f"building {layers} layers ...", file=sys.stderr)
     dense = qwen.QwenDecoder(config, device="cuda", dtype=dtype, seed=args.seed)
@@ -243,7 +244,6 @@ def run(args) -> int:
     # A block shape other than the default may need a kernel not yet verified on a GPU (128 x 64: stacked).
     per_row = bool(getattr(args, "per_row_blocks", False))
     # The planned item order (per-CTA item lists) is experimental too.
-    item_order = getattr(args, "item_order", None) or DEFAULT_ITEM_ORDER
     kernel_options = {} if item_order == DEFAULT_ITEM_ORDER else {"item_order": item_order}
     sparse = qwen.sparsify(dense, LINEAR_SPARSITY, block, "sdpa", seed=args.seed, orientation=orientation,
                            experimental=block != LINEAR_BLOCK or bool(kernel_options), per_row=per_row,
