@@ -190,13 +190,19 @@ def _make_fetch(in_kind: str):
     return fetch
 
 
+@cuda.jit(device=True, forceinline=True)
+def packed_column(pair, u):
+    """Column u (< GROUP) of a packed piece, from its two 8-byte words of two int32 columns each."""
+    return int32(uint32((pair[u // COLUMNS_PER_WORD] >> uint64(COLUMN_BITS * (u % COLUMNS_PER_WORD)))
+                        & uint64(0xFFFFFFFF)))
+
+
 def _make_fetch_packed(in_kind: str):
     """The same fetch from pieces packed GROUP slots apiece (``formats.segments.pack_pieces``): a piece's
     four columns are one 16-byte load (``indices`` as rows of two uint64 words) and its four 16-bit values
     one 8-byte load (``data`` a uint64 per piece), where the CSR fetch issues eight 4-byte loads."""
     widen = make_widener(in_kind)
     zero = float32(0.0)
-    low_bits = uint64(0xFFFFFFFF)
 
     @cuda.jit(device=True, forceinline=True)
     def fetch_packed(indices, data, piece, begin, end, idx, val):
@@ -204,8 +210,7 @@ def _make_fetch_packed(in_kind: str):
         pair = load_16_bytes(indices, piece, 0)
         values = data[piece]
         for u in range(GROUP):
-            idx[u] = int32(uint32((pair[u // COLUMNS_PER_WORD] >> uint64(COLUMN_BITS * (u % COLUMNS_PER_WORD)))
-                                  & low_bits))
+            idx[u] = packed_column(pair, u)
             a = widen(uint16(values >> uint64(HALF_BITS * u)))
             val[u] = a if int32(u) < count else zero
         return count
@@ -423,11 +428,6 @@ def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lane
     segments_per_block = THREADS // lanes
     ahead = stages - 1                        # pieces in flight while one is multiplied
     b_element_bytes = rows.WORD_BYTES if vector else HALF_BITS // 8     # B as uint64 words, or uint16 bits
-    low_bits = uint64(0xFFFFFFFF)
-
-    @cuda.jit(device=True, forceinline=True)
-    def column(pair, u):
-        return int32(uint32((pair[u // COLUMNS_PER_WORD] >> uint64(COLUMN_BITS * (u % COLUMNS_PER_WORD))) & low_bits))
 
     def csr_segments_async(segment_piece, piece_row, piece_flush, indices, data, B, C, partials,
                            item_blocks, slices_per_panel, n_slices):
@@ -451,7 +451,7 @@ def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lane
             pair = load_16_bytes(indices, piece, 0)
             if piece < last:
                 for u in range(GROUP):
-                    stage_octet(B, b_base, row_bytes, column(pair, u), octet, ring_words,
+                    stage_octet(B, b_base, row_bytes, packed_column(pair, u), octet, ring_words,
                                 _ring_slot(_piece_stage(piece, first, stages), u, thread))
             cp_async_commit_group()
         pair = load_16_bytes(indices, first + int32(ahead), 0)
@@ -471,7 +471,7 @@ def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lane
             if later < last:
                 later_stage = _piece_stage(later, first, stages)
                 for u in range(GROUP):
-                    stage_octet(B, b_base, row_bytes, column(pair, u), octet, ring_words,
+                    stage_octet(B, b_base, row_bytes, packed_column(pair, u), octet, ring_words,
                                 _ring_slot(later_stage, u, thread))
             cp_async_commit_group()                    # one group a piece, empty past the segment's end
             cp_async_wait_group(ahead)                 # at most `ahead` newer groups pending: piece's landed
