@@ -42,3 +42,10 @@ def test_hit_rate_argument():
         (("rmat-s20-8.4M/N=128/fp16", "csr:segments"), pytest.approx(0.63))
     with pytest.raises(Exception, match="CASE@CANDIDATE"):
         gf.parse_hit_rate("0.5")
+
+
+def test_kernel_options_keep_their_type():
+    assert gf.parse_option("lanes=2") == ("lanes", 2)
+    assert gf.parse_option("loads=cp_async") == ("loads", "cp_async")
+    with pytest.raises(ValueError):
+        gf.parse_option("lanes=")

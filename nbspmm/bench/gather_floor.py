@@ -106,6 +106,14 @@ def parse_hit_rate(text: str) -> tuple[tuple[str, str], float]:
     return (case, candidate), rate
 
 
+def parse_option(text: str) -> tuple[str, int | str]:
+    """'lanes=2' -> ('lanes', 2); 'loads=cp_async' -> ('loads', 'cp_async')."""
+    key, _, value = text.partition("=")
+    if not key or not value:
+        raise ValueError(f"--option takes KEY=VALUE, got {text!r}")
+    return key, int(value) if value.lstrip("-").isdigit() else value
+
+
 def run_one_product(label: str, N: int, kernel: str, repeats: int, options: dict | None = None) -> None:
     """Build the paper-scale matrix `label` and run `repeats` products with `kernel` of format csr and the
     kernel options `options` (e.g. lanes, panel_columns), for a profiler wrapped around this process."""
@@ -137,16 +145,14 @@ def main(argv=None) -> int:
     parser.add_argument("--N", type=int, default=128)
     parser.add_argument("--kernel", default="segments", help="csr kernel for --run (default segments)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=INT",
-                        help="a kernel option for --run (repeatable), e.g. lanes=2")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a kernel option for --run (repeatable), e.g. lanes=2 or loads=cp_async")
     args = parser.parse_args(argv)
     if args.run:
-        options = {}
-        for text in args.option:
-            key, _, value = text.partition("=")
-            if not key or not value.lstrip("-").isdigit():
-                parser.error(f"--option takes KEY=INT, got {text!r}")
-            options[key] = int(value)
+        try:
+            options = dict(parse_option(text) for text in args.option)
+        except ValueError as error:
+            parser.error(str(error))
         run_one_product(args.run, args.N, args.kernel, args.repeats, options)
         return 0
     if not args.results:
