@@ -10,7 +10,8 @@ operand layout. Device side (call inside ``cuda.jit`` kernels):
   tma         tma_load_{1..5}d, tma_load_{1..5}d_hint, tma_store_{1..5}d, bulk_copy_g2s, bulk_copy_s2g,
               bulk_commit_group, bulk_wait_group, bulk_wait_group_read, tensormap_prefetch,
               tensormap_acquire_fence, l2_policy_evict_first, l2_policy_evict_last
-  cp_async    cp_async_16, cp_async_mbarrier_arrive_noinc, cp_async_commit_group, cp_async_wait_group,
+  cp_async    cp_async_16, cp_async_16_ca, cp_async_mbarrier_arrive_noinc, cp_async_commit_group,
+              cp_async_wait_group,
               cp_async_wait_all (Ampere-style per-thread 16-byte copies: gathers with zero-filled padding)
   wgmma       wgmma_fence, wgmma_commit_group, wgmma_wait_group, make_wgmma, make_zero_accumulator
   descriptor  make_smem_descriptor (device), smem_descriptor (host), operand layouts, TMA swizzle on the host
@@ -27,8 +28,8 @@ GPU). This package imports neither ``formats`` nor ``nbspmm``.
 """
 from ._asm import PTXUsageError
 from .address import global_addr, shared_addr, shared_addr_at
-from .cp_async import (cp_async_16, cp_async_commit_group, cp_async_mbarrier_arrive_noinc, cp_async_wait_all,
-                       cp_async_wait_group)
+from .cp_async import (cp_async_16, cp_async_16_ca, cp_async_commit_group, cp_async_mbarrier_arrive_noinc,
+                       cp_async_wait_all, cp_async_wait_group)
 from .descriptor import (SWIZZLE_32B, SWIZZLE_64B, SWIZZLE_128B, SWIZZLE_CODES, SWIZZLE_NONE, OperandLayout,
                          decode_smem_descriptor, descriptor_strides, make_smem_descriptor, operand_layout,
                          smem_descriptor, swizzle_bytes, swizzle_tile, unswizzle_bytes, unswizzle_tile)

@@ -58,6 +58,19 @@ itself in program order: reading `dst` (or overwriting it) before one of those c
 PTX ISA {_CP_ASYNC}
 """)
 
+cp_async_16_ca = asm_intrinsic(
+    "cp_async_16_ca",
+    # .ca = cache at every level, L1 included: a row read again by the same SM is served from L1.
+    "cp.async.ca.shared.global [$dst], [$src], 16, $src_bytes;",
+    [("dst", "u32"), ("src", "u64"), ("src_bytes", "u32")],
+    doc=f"""cp_async_16_ca(dst, src, src_bytes)
+
+:func:`cp_async_16` with ``.ca`` instead of ``.cg``: the read is cached in L1 as well as L2, so that
+gathers of the same global rows by one SM (hot rows of a power-law matrix) can hit L1 instead of taking
+an L2 request each; ``.ca`` allows cp-size 4, 8 and 16, this is the 16-byte form. Same operands, same
+zero fill, same completion rules. PTX ISA {_CP_ASYNC}
+""")
+
 cp_async_mbarrier_arrive_noinc = asm_intrinsic(
     "cp_async_mbarrier_arrive_noinc", "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$bar];", [("bar", "u32")],
     doc=f"""cp_async_mbarrier_arrive_noinc(bar)

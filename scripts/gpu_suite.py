@@ -162,7 +162,7 @@ LINEAR_SUFFIX = "@linear"
 SANITIZE_ROW_ORDER = ("wcsr-ws", "wcsr-pingpong", "wcsr-v2", "csr-rows", "csr-segments")
 ROW_ORDER_SUFFIX = "@rows"
 # Kernels that are an option of a registered product rather than a product of their own (scripts/sanitize_case.py).
-SANITIZE_OPTION_KERNELS = ("csr-segments-packed", "csr-segments-async")
+SANITIZE_OPTION_KERNELS = ("csr-segments-packed", "csr-segments-async", "csr-segments-async-ca")
 # CSR kernels also sanitized with an fp16 C (scripts/sanitize_case.py's "@f16": the segment kernel's split
 # rows add into fp32 partial sums, rounded into C by a second kernel).
 SANITIZE_16_BIT_OUT = ("csr-segments", "csr-segments-packed", "csr-segments-async")

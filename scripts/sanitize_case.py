@@ -2,7 +2,7 @@
 """A small SpMM for compute-sanitizer: `python scripts/sanitize_case.py FORMAT-KERNEL[+COMBINE]`, any
 kernel of nbspmm.api.KERNELS, e.g. bcsr-v3, bcsr-v4-tma, bcsr-pingpong, bcsr-baseline, wcsr-ws,
 wcsr-ws-cpasync, wcsr-pingpong+two_pass, wcsr-swapped, wcsr-baseline, csr-rows, csr-segments (plain "wcsr" is wcsr-ws),
-csr-segments-packed (the segment kernel on packed pieces), csr-segments-async (its cp.async ring), routed-rows, routed-segments (units 0 and 2 dense enough
+csr-segments-packed (the segment kernel on packed pieces), csr-segments-async (its cp.async ring), csr-segments-async-ca (with cp.async.ca), routed-rows, routed-segments (units 0 and 2 dense enough
 for the tensor-core part, the rest to the CSR kernel);
 "@linear" after a BCSR TMA kernel runs its nn.Linear orientation (bcsr-v4-tma@linear+two_pass); "@rows" after
 a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows); "@stacked"
@@ -48,7 +48,8 @@ elif fmt_name == "csr":
     # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
     segments = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64}
     options = {"segments": segments, "segments-packed": {**segments, "packed": True},
-               "segments-async": {**segments, "loads": "cp_async"}}.get(variant, {"max_nonzeros": 8})
+               "segments-async": {**segments, "loads": "cp_async"},
+               "segments-async-ca": {**segments, "loads": "cp_async", "cache_operator": "ca"}}.get(variant, {"max_nonzeros": 8})
     op = SpMMOperator(A, kernel=variant.split("-")[0] or "rows", out_dtype=out_dtype, experimental=True, **options)
 elif fmt_name == "routed":
     dense[64:128] = 0                 # unit 1 empty; units 3 and 4 scattered: at most one nonzero per column

@@ -74,5 +74,6 @@ def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):
 def test_several_globs_select_their_union():
     assert gpu_suite.sanitize_cases("csr-*,bcsr-v3") == ["bcsr-v3", "csr-rows", "csr-segments", "csr-rows@rows",
                                                         "csr-segments@rows", "csr-segments-packed",
-                                                        "csr-segments-async", "csr-segments@f16",
+                                                        "csr-segments-async", "csr-segments-async-ca",
+                                                        "csr-segments@f16",
                                                         "csr-segments-packed@f16", "csr-segments-async@f16"]

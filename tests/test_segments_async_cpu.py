@@ -211,3 +211,14 @@ def test_registered():
 
     assert "csr-segments-async" in registry.names()
     assert "LDGSTS.E.BYPASS.128" in registry.get("csr-segments-async").expected_sass
+    assert "LDGSTS.E.128" in registry.get("csr-segments-async-ca").expected_sass     # .ca: no L1 bypass
+
+
+def test_cache_operator_is_checked():
+    import formats
+
+    csr = formats.CSR.from_scipy(sp.random_array((64, 64), density=0.1, rng=0, format="csr"))
+    with pytest.raises(ValueError, match="cache_operator"):
+        segments.prepare(csr, "f16", "f32", loads="cp_async", cache_operator="cs")
+    with pytest.raises(ValueError, match="cache_operator"):
+        segments.async_kernel_function("f16", "f32", cache_operator="cs")

@@ -99,6 +99,7 @@ NBSPMM_FORMATS = {
     "baseline": {"format": "wcsr", "kernel": "baseline"},
     "csr": {"format": "csr"},
     "csr-async": {"format": "csr", "kernel": "segments", "loads": "cp_async"},   # the segment kernel's cp.async ring
+    "csr-async-ca": {"format": "csr", "kernel": "segments", "loads": "cp_async", "cache_operator": "ca"},  # + L1
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
@@ -111,6 +112,7 @@ LINEAR_FORMATS = ("bcsr-linear",)
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
 NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
+                  "csr-async-ca": "wcsr",
                   "wcsr16": "wcsr",
                   "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")

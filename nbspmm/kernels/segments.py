@@ -55,7 +55,7 @@ from nbspmm.kernels.dtypes import DEVICE_DTYPE, ITEMSIZE, host_view, make_loader
 from nbspmm.kernels.prepared import check_output_rows
 from nbspmm.kernels.pipeline.config import MAX_DYNAMIC_SMEM
 from nbspmm.kernels.registry import KernelSpec, register
-from ptx_snippets import cp_async_16, cp_async_commit_group, cp_async_wait_group, global_addr, shared_addr_at
+from ptx_snippets import cp_async_16, cp_async_16_ca, cp_async_commit_group, cp_async_wait_group, global_addr, shared_addr_at
 
 WARP = rows.WARP
 OCTET = 8                         # consecutive columns of C per lane: one 16-byte load of 16-bit B values
@@ -359,6 +359,9 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
 # one piece, 4 x 16 bytes a lane, in flight). Slots are per thread: a lane reads only what it copied, so no
 # CTA barrier is needed (cp.async.wait_group makes a thread's own copies visible to it).
 LOADS = ("registers", "cp_async")
+# cp.async's cache operator for B: "cg" caches in L2 only; "ca" in L1 too, so that an SM's repeated gathers of
+# the same rows (the hot rows of a power-law matrix) are served by L1 instead of each taking an L2 request.
+CACHE_OPERATORS = {"cg": cp_async_16, "ca": cp_async_16_ca}
 ASYNC_STAGES = 4
 SLOT_BYTES = VECTOR_BYTES                    # one B octet: one cp.async of 16 bytes
 STAGE_SLOTS = GROUP * THREADS                # a stage: every thread's GROUP octets
@@ -383,17 +386,21 @@ _piece_stage = cuda.jit(device=True, forceinline=True)(piece_stage)
 _ring_slot = cuda.jit(device=True, forceinline=True)(ring_slot)
 
 
-def _make_octet_stager(vector: bool):
+def _make_octet_stager(vector: bool, cache_operator: str = "cg"):
     """stage_octet(B, b_base, row_bytes, col, octet, ring_words, slot): B[col, octet's 8 columns] into the
     ring's 16-byte slot `slot`, zeros for col = NO_COLUMN. vector=True: one cp.async (src_bytes 0 reads
     nothing, so a padding slot never touches B, Inf or not); False (B not 16-byte aligned or N not a
-    multiple of 8): eight 2-byte loads packed into two words, stored to the slot synchronously."""
+    multiple of 8): eight 2-byte loads packed into two words, stored to the slot synchronously.
+    ``cache_operator``: the cp.async's (CACHE_OPERATORS)."""
     if vector:
+        copy_16 = CACHE_OPERATORS[cache_operator]
+
+
         @cuda.jit(device=True, forceinline=True)
         def stage_octet_async(B, b_base, row_bytes, col, octet, ring_words, slot):
             octet = min(octet, uint32(B.shape[1] // WORDS_PER_LOAD - 1))   # a lane past N copies the last octet
             src = b_base + uint64(max(col, int32(0))) * row_bytes + uint64(octet * VECTOR_BYTES)
-            cp_async_16(shared_addr_at(ring_words, uint32(slot * SLOT_BYTES)), src,
+            copy_16(shared_addr_at(ring_words, uint32(slot * SLOT_BYTES)), src,
                         uint32(SLOT_BYTES) if col >= int32(0) else uint32(0))
         return stage_octet_async
 
@@ -410,18 +417,21 @@ def _make_octet_stager(vector: bool):
 
 @functools.lru_cache(maxsize=None)
 def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
-                          vector_store: bool = True, stages: int = ASYNC_STAGES):
+                          vector_store: bool = True, stages: int = ASYNC_STAGES, cache_operator: str = "cg"):
     """The cp.async form of the kernel on packed pieces (``device_packed_pieces(..., pad_column=NO_COLUMN)``).
     Per lane, piece p of its segment: load what the next piece needs (the columns of piece p + stages,
     piece p + 1's values and flush); copy piece p + stages - 1's octets (its columns loaded one piece
     earlier) into ring stage (p + stages - 1) % stages, commit; wait until piece p's group has landed
     (``cp.async.wait_group stages - 1``); multiply from the slots.
-    Roles: the stager (``vector``: cp.async, else synchronous loads), the flush (``vector_store``)."""
+    Roles: the stager (``vector``: cp.async with ``cache_operator``, else synchronous loads), the flush
+    (``vector_store``)."""
     if lanes not in LANE_GROUPS:
         raise ValueError(f"lanes per segment must be one of {LANE_GROUPS}, got {lanes}")
     if not 2 <= stages <= MAX_ASYNC_STAGES:
         raise ValueError(f"stages must be in [2, {MAX_ASYNC_STAGES}], got {stages}")
-    stage_octet, unpack = _make_octet_stager(vector), _make_unpack(in_kind)
+    if cache_operator not in CACHE_OPERATORS:
+        raise ValueError(f"cache_operator must be one of {tuple(CACHE_OPERATORS)}, got {cache_operator!r}")
+    stage_octet, unpack = _make_octet_stager(vector, cache_operator), _make_unpack(in_kind)
     widen = make_widener(in_kind)
     flush = _make_flush(out_kind, vector_store)
     zero = float32(0.0)
@@ -507,9 +517,9 @@ def async_shared_bytes(stages: int) -> int:
 @functools.lru_cache(maxsize=None)
 def compiled_async_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
                           min_blocks_per_sm: int = ASYNC_MIN_BLOCKS_PER_SM, vector_store: bool = True,
-                          stages: int = ASYNC_STAGES):
+                          stages: int = ASYNC_STAGES, cache_operator: str = "cg"):
     return cuda.jit(async_signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
-        async_kernel_function(in_kind, out_kind, vector, lanes, vector_store, stages))
+        async_kernel_function(in_kind, out_kind, vector, lanes, vector_store, stages, cache_operator))
 
 
 def signature(in_kind: str, out_kind: str, vector: bool = True, packed: bool = False):
@@ -587,6 +597,7 @@ class PreparedSegments:
     packed: bool = False          # arrays are packed pieces (formats.segments.pack_pieces)
     loads: str = "registers"      # B octets into registers, or "cp_async" into a ring in shared memory
     stages: int = ASYNC_STAGES    # the cp.async ring's pieces (loads="cp_async")
+    cache_operator: str = "cg"    # the cp.async's cache operator for B (CACHE_OPERATORS)
 
     def __post_init__(self):
         from nbspmm.kernels.prepared import BoundCache
@@ -647,7 +658,7 @@ class PreparedSegments:
         grid_operands = (item_blocks, slices_per_panel, n_slices)
         if self.loads == "cp_async":
             kernel = compiled_async_kernel(self.in_kind, self.out_kind, vector, lanes, self.min_blocks_per_sm,
-                                           whole_aligned_octets(C), self.stages)
+                                           whole_aligned_octets(C), self.stages, self.cache_operator)
             launch = PackedLaunch(kernel, block=THREADS, shared_bytes=async_shared_bytes(self.stages))
             segment_piece, _, piece_row, piece_flush = self.plan_arrays     # no row pointers: pieces are packed
             operands = (segment_piece, piece_row, piece_flush, *self.arrays, b_operand, C, partials, *grid_operands)
@@ -698,7 +709,7 @@ def device_packed_pieces(plan, indices, data, pad_column: int | None = None, pad
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
             min_blocks_per_sm: int | None = None, packed: bool = False, loads: str = "registers",
-            stages: int = ASYNC_STAGES, output_rows=None) -> PreparedSegments:
+            stages: int = ASYNC_STAGES, cache_operator: str = "cg", output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
@@ -706,7 +717,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     regrouped GROUP slots a piece, so that a piece is fetched with two vector loads instead of eight
     scalar ones (more bytes where rows are short: the padding). ``loads="cp_async"`` (packed pieces
     always): B octets copied by cp.async into a ring of ``stages`` pieces in shared memory, ``stages - 1``
-    pieces ahead of the one multiplied. ``min_blocks_per_sm`` (None: MIN_BLOCKS_PER_SM, or
+    pieces ahead of the one multiplied, with the cp.async ``cache_operator`` "cg" (L2 only) or "ca" (L1 too:
+    experimental). ``min_blocks_per_sm`` (None: MIN_BLOCKS_PER_SM, or
     ASYNC_MIN_BLOCKS_PER_SM for cp.async) is the register budget. ``output_rows`` (int32, one
     entry per stored row): the rows of a taller C the stored rows are written to (a routed product's
     CUDA-core part, ``nbspmm.kernels.routed``); None: the CSR's own row order, or none."""
@@ -720,6 +732,8 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
         raise ValueError(f"loads must be one of {LOADS}, got {loads!r}")
     if loads == "cp_async" and not (isinstance(stages, int) and 2 <= stages <= MAX_ASYNC_STAGES):
         raise ValueError(f"stages must be an integer in [2, {MAX_ASYNC_STAGES}], got {stages!r}")
+    if cache_operator not in CACHE_OPERATORS:
+        raise ValueError(f"cache_operator must be one of {tuple(CACHE_OPERATORS)}, got {cache_operator!r}")
     async_loads = loads == "cp_async"
     if min_blocks_per_sm is None:
         min_blocks_per_sm = ASYNC_MIN_BLOCKS_PER_SM if async_loads else MIN_BLOCKS_PER_SM
@@ -740,7 +754,7 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
                             tuple(to_device(a) for a in device_plan(plan, partials_apart_from_c(out_kind))),
                             to_device(shared) if shared.size else None,
                             tuple(to_device(a) for a in nonzeros), plan.segment_pieces, lanes, panel_columns,
-                            min_blocks_per_sm, bool(packed or async_loads), loads, stages)
+                            min_blocks_per_sm, bool(packed or async_loads), loads, stages, cache_operator)
 
 
 register(KernelSpec(
@@ -768,4 +782,12 @@ register(KernelSpec(
     build=lambda: (async_kernel_function("f16", "f32"), async_signature("f16", "f32"),
                    {"launch_bounds": (THREADS, ASYNC_MIN_BLOCKS_PER_SM)}),
     expected_sass=("LDGSTS.E.BYPASS.128", "LDGDEPBAR", "DEPBAR", "FFMA", "RED"),
+))
+register(KernelSpec(
+    name="csr-segments-async-ca",
+    description="csr-segments-async with cp.async.ca (prepare(..., cache_operator='ca')): B octets cached in L1 "
+                "as well as L2, for the rows an SM gathers again (EXPERIMENTAL); fp16 in, fp32 out",
+    build=lambda: (async_kernel_function("f16", "f32", cache_operator="ca"), async_signature("f16", "f32"),
+                   {"launch_bounds": (THREADS, ASYNC_MIN_BLOCKS_PER_SM)}),
+    expected_sass=("LDGSTS.E.128", "LDGDEPBAR", "DEPBAR", "FFMA", "RED"),
 ))

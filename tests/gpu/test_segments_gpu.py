@@ -16,10 +16,11 @@ from tests.gpu.spmm_checks import assert_elements_close, cast, irregular_matrice
 
 pytestmark = pytest.mark.gpu
 NO_PANELS = 1 << 30
-# The three forms: the piece fetch from the CSR's arrays (default), from packed pieces (prepare(packed=True)),
-# and the cp.async ring on packed pieces (prepare(loads="cp_async")).
-FETCHES = pytest.mark.parametrize("fetch", [{}, {"packed": True}, {"loads": "cp_async"}],
-                                  ids=["csr-fetch", "packed", "cp_async"])
+# The forms: the piece fetch from the CSR's arrays (default), from packed pieces (prepare(packed=True)),
+# and the cp.async ring on packed pieces (prepare(loads="cp_async")), with .cg or .ca copies (cache_operator).
+FETCHES = pytest.mark.parametrize("fetch", [{}, {"packed": True}, {"loads": "cp_async"},
+                                            {"loads": "cp_async", "cache_operator": "ca"}],
+                                  ids=["csr-fetch", "packed", "cp_async", "cp_async_ca"])
 
 
 def operator(A_fmt, out_dtype=np.float32, **options):
