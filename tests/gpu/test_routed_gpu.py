@@ -67,6 +67,19 @@ def test_split_windows_and_rows_in_both_parts(variant):
     check_product(op, fmt, B, np.float32, f"routed {variant} split")
 
 
+@pytest.mark.parametrize("cache_operator", ["cg", "ca"])
+@pytest.mark.parametrize("out_dtype", [np.float32, np.float16], ids=["out-f32", "out-f16"])
+@pytest.mark.parametrize("N", [7, 128, 200])
+def test_segments_core_with_cp_async(cache_operator, out_dtype, N):
+    """The segment kernel's cp.async form as the CUDA-core part: its rows written through the output-row
+    map, its split rows' sums (fp32 partials for a 16-bit C) beside the tensor-core windows."""
+    fmt, op = routed_operator(mixed(seed=4), "segments", out_dtype=out_dtype,
+                              core_options={"loads": "cp_async", "cache_operator": cache_operator})
+    assert fmt.tensor_rows.size and fmt.core_rows.size
+    B = np.random.default_rng(N).standard_normal((fmt.shape[1], N)).astype(np.float16)
+    check_product(op, fmt, B, out_dtype, f"routed segments cp.async.{cache_operator} N={N}")
+
+
 @pytest.mark.parametrize("name", ["arrow", "empty-windows", "rectangular-wide", "rectangular-tall", "one-row",
                                   "all-zero"])
 def test_irregular_shapes(name):
