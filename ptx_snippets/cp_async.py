@@ -65,7 +65,8 @@ cp_async_16_ca = asm_intrinsic(
     [("dst", "u32"), ("src", "u64"), ("src_bytes", "u32")],
     doc=f"""cp_async_16_ca(dst, src, src_bytes)
 
-:func:`cp_async_16` with ``.ca`` instead of ``.cg``: the read is cached in L1 as well as L2, so that
+``cp.async.ca.shared.global [dst], [src], 16, src_bytes`` — :func:`cp_async_16` with ``.ca`` instead of
+``.cg``: the read is cached in L1 as well as L2, so that
 gathers of the same global rows by one SM (hot rows of a power-law matrix) can hit L1 instead of taking
 an L2 request each; ``.ca`` allows cp-size 4, 8 and 16, this is the 16-byte form. Same operands, same
 zero fill, same completion rules. PTX ISA {_CP_ASYNC}

@@ -41,6 +41,7 @@ CASES = [
     ("cp_async_16_zero_fill", "ps.cp_async_16(dst, src, 0)", "cp.async.cg.shared.global [", ("LDGSTS.E.BYPASS.128",)),
     ("cp_async_16_runtime_bytes", "ps.cp_async_16(dst + uint32(16), src + uint64(16), n[0])",
      "cp.async.cg.shared.global [", ("LDGSTS.E.BYPASS.128.ZFILL",)),
+    ("cp_async_16_ca", "ps.cp_async_16_ca(dst, src, 16)", "cp.async.ca.shared.global [", ("LDGSTS.E.128",)),
     ("cp_async_mbarrier_arrive_noinc", "ps.cp_async_mbarrier_arrive_noinc(bar)",
      "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [", ("ARRIVES.LDGSTSBAR.64.ARVCNT",)),
     ("cp_async_commit_group", "ps.cp_async_commit_group()", "cp.async.commit_group;", ("LDGDEPBAR",)),
@@ -77,13 +78,14 @@ def test_wait_group_literal_in_sass():
 
 def test_every_exported_cp_async_wrapper_has_a_case():
     exported = {name for name in ps.__all__ if name.startswith("cp_async")}
-    assert exported == {"cp_async_16", "cp_async_mbarrier_arrive_noinc", "cp_async_commit_group",
+    assert exported == {"cp_async_16", "cp_async_16_ca", "cp_async_mbarrier_arrive_noinc", "cp_async_commit_group",
                         "cp_async_wait_group", "cp_async_wait_all"}
     assert exported <= {c[0] for c in CASES}
 
 
 def test_docstrings_name_instruction_and_isa_section():
     for name, mnemonic in [("cp_async_16", "cp.async.cg.shared.global"),
+                           ("cp_async_16_ca", "cp.async.ca.shared.global"),
                            ("cp_async_mbarrier_arrive_noinc", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"),
                            ("cp_async_commit_group", "cp.async.commit_group"),
                            ("cp_async_wait_group", "cp.async.wait_group"), ("cp_async_wait_all", "cp.async.wait_all")]:
