@@ -47,7 +47,8 @@ elif fmt_name == "csr":
     A = formats.CSR.from_scipy(dense, dtype=np.float16, row_order=row_order)
     # rows cut into items / split over segments of 2 pieces (fp32 atomics), 8 lanes: several column slices
     segments = {"segment_pieces": 2, "lanes": 8, "panel_columns": 64}
-    options = {"segments": segments, "segments-packed": {**segments, "packed": True},
+    registers = {**segments, "loads": "registers"}
+    options = {"segments": registers, "segments-packed": {**registers, "packed": True},
                "segments-async": {**segments, "loads": "cp_async"},
                "segments-async-ca": {**segments, "loads": "cp_async", "cache_operator": "ca"}}.get(variant, {"max_nonzeros": 8})
     op = SpMMOperator(A, kernel=variant.split("-")[0] or "rows", out_dtype=out_dtype, experimental=True, **options)

@@ -16,9 +16,10 @@ from tests.gpu.spmm_checks import assert_elements_close, cast, irregular_matrice
 
 pytestmark = pytest.mark.gpu
 NO_PANELS = 1 << 30
+REGISTERS = {"loads": "registers"}            # the register form (the default is the cp.async ring)
 # The forms: the piece fetch from the CSR's arrays (default), from packed pieces (prepare(packed=True)),
 # and the cp.async ring on packed pieces (prepare(loads="cp_async")), with .cg or .ca copies (cache_operator).
-FETCHES = pytest.mark.parametrize("fetch", [{}, {"packed": True}, {"loads": "cp_async"},
+FETCHES = pytest.mark.parametrize("fetch", [REGISTERS, {**REGISTERS, "packed": True}, {"loads": "cp_async"},
                                             {"loads": "cp_async", "cache_operator": "ca"}],
                                   ids=["csr-fetch", "packed", "cp_async", "cp_async_ca"])
 
@@ -147,7 +148,7 @@ def test_larger_uniform_matrix():
     A_sp.sum_duplicates()
     A = formats.CSR.from_scipy(A_sp)
     B = rng.standard_normal((M, 128)).astype(np.float16)
-    for fetch in ({}, {"loads": "cp_async"}):
+    for fetch in (REGISTERS, {"loads": "cp_async"}):
         check_elementwise(operator(A, **fetch), A, B, np.float32, f"segments uniform 2^16 {fetch}")
 
 
@@ -164,7 +165,8 @@ def test_bound_product_replays():
     A = formats.CSR.from_scipy(irregular_matrices(rng)["arrow"])
     B_host = rng.standard_normal((A.shape[1], 200)).astype(np.float16)
     B = cuda.to_device(B_host)
-    for out_dtype, fetch in ((np.float16, {}), (np.float32, {}), (np.float16, {"loads": "cp_async"})):
+    for out_dtype, fetch in ((np.float16, REGISTERS), (np.float32, REGISTERS),
+                             (np.float16, {"loads": "cp_async"})):
         op = operator(A, out_dtype, **fetch)
         shared = segment_plan(A.indptr, group=segments.GROUP, segment_pieces=op._prepared.segment_pieces).shared_rows
         whole = np.setdiff1d(np.arange(A.shape[0]), shared)
@@ -183,7 +185,7 @@ def test_bound_product_replays():
 
 
 @pytest.mark.parametrize("out_dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("fetch", [{}, {"loads": "cp_async"}], ids=["registers", "cp_async"])
+@pytest.mark.parametrize("fetch", [REGISTERS, {"loads": "cp_async"}], ids=["registers", "cp_async"])
 def test_split_rows_with_a_16_bit_c_sum_in_fp32(out_dtype, fetch):
     """Long rows split over many segments with a 16-bit C: the parts meet in fp32 partial sums, rounded
     into C once. Row 0's first half sums to about +2^17 and its second half to about -2^17 (either half
@@ -216,7 +218,7 @@ def test_refused_without_experimental():
 
 
 @pytest.mark.parametrize("offset_b,offset_c", [(4, 0), (0, 2), (4, 2)], ids=["B-8-byte", "C-8-byte", "both"])
-@pytest.mark.parametrize("fetch", [{}, {"loads": "cp_async"}], ids=["registers", "cp_async"])
+@pytest.mark.parametrize("fetch", [REGISTERS, {"loads": "cp_async"}], ids=["registers", "cp_async"])
 def test_unaligned_buffers_take_the_element_paths(offset_b, offset_c, fetch):
     """B or C starting 8 bytes past a 16-byte boundary (N = 128 still a multiple of 8): element loads /
     scalar stores, the same product."""
