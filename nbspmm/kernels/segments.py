@@ -25,7 +25,7 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   narrower slices, so that one would fit L2, were the default until measured slower (a slice re-reads
   the segments' indices; NOTES.md). Narrower groups stay available (``lanes=``).
 
-* **cp.async ring** (``loads="cp_async"``, the default: DEFAULT_LOADS): each lane copies its
+* **cp.async ring** (``loads="cp_async"``; see DEFAULT_LOADS): each lane copies its
   pieces' B octets with ``cp.async`` into its own 16-byte slots of a ring of ``stages`` pieces in shared
   memory, ``stages - 1`` pieces ahead of the one it multiplies, so that the B bytes in flight are bounded
   by shared memory (192 KB an SM at 4 stages) instead of the registers that receive them (one piece,
@@ -359,9 +359,10 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
 # one piece, 4 x 16 bytes a lane, in flight). Slots are per thread: a lane reads only what it copied, so no
 # CTA barrier is needed (cp.async.wait_group makes a thread's own copies visible to it).
 LOADS = ("registers", "cp_async")
-# The default: faster than the register form on all 19 matrices timed (13 real ones, N = 128; R-MAT and uniform
-# with 2^20 rows at N = 64 / 128 / 256: 2-14% on the large, 4-19% on the small; H100, 03bb675).
-DEFAULT_LOADS = "cp_async"
+# The default stays the register form until the cp.async ring has run as the routed product's CUDA-core part
+# on a GPU (tests/gpu/test_routed_gpu.py::test_segments_core_with_cp_async); the ring was faster on all 19
+# matrices timed (13 real ones, N = 128; 2^20-row R-MAT and uniform at N = 64 / 128 / 256; H100, 03bb675).
+DEFAULT_LOADS = "registers"
 # cp.async's cache operator for B: "cg" caches in L2 only; "ca" in L1 too, so that an SM's repeated gathers of
 # the same rows (the hot rows of a power-law matrix) are served by L1 instead of each taking an L2 request.
 CACHE_OPERATORS = {"cg": cp_async_16, "ca": cp_async_16_ca}
@@ -718,7 +719,7 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segm
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
     in fp32 partial sums rounded into C by a second pass. ``packed`` (with ``loads="registers"``): the
     nonzeros regrouped GROUP slots a piece, so that a piece is fetched with two vector loads instead of eight
-    scalar ones (more bytes where rows are short: the padding). ``loads="cp_async"`` (the default; packed
+    scalar ones (more bytes where rows are short: the padding). ``loads="cp_async"`` (packed
     pieces always): B octets copied by cp.async into a ring of ``stages`` pieces in shared memory, ``stages - 1``
     pieces ahead of the one multiplied, with the cp.async ``cache_operator`` "cg" (L2 only) or "ca" (L1 too:
     experimental). ``min_blocks_per_sm`` (None: MIN_BLOCKS_PER_SM, or
