@@ -399,13 +399,12 @@ def _make_octet_stager(vector: bool, cache_operator: str = "cg"):
     if vector:
         copy_16 = CACHE_OPERATORS[cache_operator]
 
-
         @cuda.jit(device=True, forceinline=True)
         def stage_octet_async(B, b_base, row_bytes, col, octet, ring_words, slot):
             octet = min(octet, uint32(B.shape[1] // WORDS_PER_LOAD - 1))   # a lane past N copies the last octet
             src = b_base + uint64(max(col, int32(0))) * row_bytes + uint64(octet * VECTOR_BYTES)
             copy_16(shared_addr_at(ring_words, uint32(slot * SLOT_BYTES)), src,
-                        uint32(SLOT_BYTES) if col >= int32(0) else uint32(0))
+                    uint32(SLOT_BYTES) if col >= int32(0) else uint32(0))
         return stage_octet_async
 
     load_octet = _make_octet_loader(False)
