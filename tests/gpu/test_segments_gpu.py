@@ -16,7 +16,7 @@ from tests.gpu.spmm_checks import assert_elements_close, cast, irregular_matrice
 
 pytestmark = pytest.mark.gpu
 NO_PANELS = 1 << 30
-REGISTERS = {"loads": "registers"}            # the register form (the default is the cp.async ring)
+REGISTERS = {"loads": "registers"}            # the register form, named (segments.DEFAULT_LOADS may change)
 # The forms: the piece fetch from the CSR's arrays (default), from packed pieces (prepare(packed=True)),
 # and the cp.async ring on packed pieces (prepare(loads="cp_async")), with .cg or .ca copies (cache_operator).
 FETCHES = pytest.mark.parametrize("fetch", [REGISTERS, {**REGISTERS, "packed": True}, {"loads": "cp_async"},
