@@ -366,6 +366,7 @@ DEFAULT_LOADS = "registers"
 # cp.async's cache operator for B: "cg" caches in L2 only; "ca" in L1 too, so that an SM's repeated gathers of
 # the same rows (the hot rows of a power-law matrix) are served by L1 instead of each taking an L2 request.
 CACHE_OPERATORS = {"cg": cp_async_16, "ca": cp_async_16_ca}
+DEFAULT_CACHE_OPERATOR = "cg"                # measured (H100, 03bb675); "ca" not yet timed
 ASYNC_STAGES = 4
 SLOT_BYTES = VECTOR_BYTES                    # one B octet: one cp.async of 16 bytes
 STAGE_SLOTS = GROUP * THREADS                # a stage: every thread's GROUP octets
@@ -390,7 +391,7 @@ _piece_stage = cuda.jit(device=True, forceinline=True)(piece_stage)
 _ring_slot = cuda.jit(device=True, forceinline=True)(ring_slot)
 
 
-def _make_octet_stager(vector: bool, cache_operator: str = "cg"):
+def _make_octet_stager(vector: bool, cache_operator: str = DEFAULT_CACHE_OPERATOR):
     """stage_octet(B, b_base, row_bytes, col, octet, ring_words, slot): B[col, octet's 8 columns] into the
     ring's 16-byte slot `slot`, zeros for col = NO_COLUMN. vector=True: one cp.async (src_bytes 0 reads
     nothing, so a padding slot never touches B, Inf or not); False (B not 16-byte aligned or N not a
@@ -420,7 +421,8 @@ def _make_octet_stager(vector: bool, cache_operator: str = "cg"):
 
 @functools.lru_cache(maxsize=None)
 def async_kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
-                          vector_store: bool = True, stages: int = ASYNC_STAGES, cache_operator: str = "cg"):
+                          vector_store: bool = True, stages: int = ASYNC_STAGES,
+                          cache_operator: str = DEFAULT_CACHE_OPERATOR):
     """The cp.async form of the kernel on packed pieces (``device_packed_pieces(..., pad_column=NO_COLUMN)``).
     Per lane, piece p of its segment: load what the next piece needs (the columns of piece p + stages,
     piece p + 1's values and flush); copy piece p + stages - 1's octets (its columns loaded one piece
@@ -520,7 +522,7 @@ def async_shared_bytes(stages: int) -> int:
 @functools.lru_cache(maxsize=None)
 def compiled_async_kernel(in_kind: str, out_kind: str, vector: bool = True, lanes: int = 16,
                           min_blocks_per_sm: int = ASYNC_MIN_BLOCKS_PER_SM, vector_store: bool = True,
-                          stages: int = ASYNC_STAGES, cache_operator: str = "cg"):
+                          stages: int = ASYNC_STAGES, cache_operator: str = DEFAULT_CACHE_OPERATOR):
     return cuda.jit(async_signature(in_kind, out_kind, vector), launch_bounds=(THREADS, min_blocks_per_sm))(
         async_kernel_function(in_kind, out_kind, vector, lanes, vector_store, stages, cache_operator))
 
@@ -600,7 +602,7 @@ class PreparedSegments:
     packed: bool = False          # arrays are packed pieces (formats.segments.pack_pieces)
     loads: str = DEFAULT_LOADS    # B octets into registers, or "cp_async" into a ring in shared memory
     stages: int = ASYNC_STAGES    # the cp.async ring's pieces (loads="cp_async")
-    cache_operator: str = "cg"    # the cp.async's cache operator for B (CACHE_OPERATORS)
+    cache_operator: str = DEFAULT_CACHE_OPERATOR    # the cp.async's cache operator for B (CACHE_OPERATORS)
 
     def __post_init__(self):
         from nbspmm.kernels.prepared import BoundCache
@@ -712,7 +714,8 @@ def device_packed_pieces(plan, indices, data, pad_column: int | None = None, pad
 def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = "segments", segment_pieces: int = SEGMENT_PIECES,
             lanes: int | None = None, panel_columns: int | None = None,
             min_blocks_per_sm: int | None = None, packed: bool = False, loads: str = DEFAULT_LOADS,
-            stages: int = ASYNC_STAGES, cache_operator: str = "cg", output_rows=None) -> PreparedSegments:
+            stages: int = ASYNC_STAGES, cache_operator: str = DEFAULT_CACHE_OPERATOR,
+            output_rows=None) -> PreparedSegments:
     """``segment_pieces`` (pieces of GROUP nonzeros per segment), ``lanes`` (per segment: 32 / rows per
     warp; None: by K and N), ``panel_columns`` (None: from L2_BYTES) are the tuning knobs. Rows are split
     over segments whatever the output: their sums meet in fp32 atomics, in C itself for an fp32 C, else
