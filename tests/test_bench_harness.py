@@ -141,6 +141,20 @@ def test_summary_statistics():
 
 
 # ---------------------------------------------------------------- real candidates without a GPU
+def test_device_activity_splits_a_call_into_kernels_and_idle():
+    # Two calls of two kernels each; in the second call the kernels overlap (a graph's branches).
+    trace = [(0.0, 3.0), (5.0, 6.0), (10.0, 14.0), (12.0, 16.0)]
+    activity = metrics.device_activity(reversed(trace), calls=2)
+    assert activity["kernels_per_call"] == 2
+    assert activity["kernel_us"] == pytest.approx((3 + 1 + 4 + 4) / 2)
+    assert activity["busy_us"] == pytest.approx((3 + 1 + 6) / 2)      # the overlap counts once
+    assert activity["span_us"] == pytest.approx(16 / 2)
+    nested = metrics.device_activity([(0.0, 10.0), (2.0, 4.0)], calls=1)
+    assert nested["busy_us"] == 10 and nested["kernel_us"] == 12
+    with pytest.raises(ValueError):
+        metrics.device_activity([], calls=3)
+
+
 def test_peers_report_a_missing_library_as_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)   # import torch -> ImportError
     monkeypatch.setitem(sys.modules, "cupy", None)

@@ -196,6 +196,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")
     parser.add_argument("--plot", metavar="DIR", default=None, help="write the matplotlib figures into DIR")
     parser.add_argument("--quick", action="store_true", help="fewer timing samples and host calls")
+    parser.add_argument("--kernel-time", action="store_true",
+                        help="also trace the device (torch.profiler) to split each call's time into kernel "
+                             "durations and the GPU idle between them (kernels_per_call, kernel_us, busy_us)")
     parser.add_argument("--dry-run", action="store_true", help="build and list the cases; no GPU needed")
 
 
@@ -297,7 +300,7 @@ def _run_on_gpu(args, specs, backend, gpu) -> int:
     from nbspmm.bench import environment, harness, plots, results
 
     policy = gpu.TimingPolicy(**(QUICK_TIMING if args.quick else {}))
-    timer = gpu.EventTimer(policy, clock_hz=backend.properties["clock_hz"])
+    timer = (gpu.KernelTimer if args.kernel_time else gpu.EventTimer)(policy, clock_hz=backend.properties["clock_hz"])
     candidates, auto = make_candidates(args)
     print("measuring ceilings (device copy, cuBLAS GEMM) ...", file=sys.stderr)
     ceilings = gpu.measure_ceilings()

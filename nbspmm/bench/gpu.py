@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from nbspmm.bench.metrics import summarize_samples
+from nbspmm.bench.metrics import device_activity, summarize_samples
 
 # H200 SXM maximum SM clock: the sleep length assumes this when the device does not say (a lower real
 # clock only makes the sleep longer, which is harmless).
@@ -243,6 +243,39 @@ class EventTimer:
         stats = summarize_samples(s.elapsed_time(e) * 1e3 / calls for s, e in pairs)
         stats.update({"calls_per_sample": calls, "host_us": host_us, "host_calls": host_calls,
                       "input_sets": n_sets, "estimate_us": estimate_us})
+        return stats
+
+
+# Calls a device trace covers (KernelTimer): enough that one stray activity does not move the mean.
+TRACED_CALLS = 20
+
+
+class KernelTimer(EventTimer):
+    """EventTimer, then one torch.profiler (CUPTI) device trace of TRACED_CALLS more calls: what the
+    per-call time is made of (metrics.device_activity): kernels per call, their durations, and the GPU
+    idle between them. Kernels launched from a CUDA graph, by numba or by cuSPARSE are traced alike.
+    Diagnostic (``bench --kernel-time``): the trace adds host overhead, so it is taken after, not
+    inside, the timed samples."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "kernel_trace": f"torch.profiler device trace of {TRACED_CALLS} calls"}
+
+    def measure(self, run: Callable[[int], Any], n_sets: int) -> dict[str, Any]:
+        stats = super().measure(run, n_sets)
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            for i in range(TRACED_CALLS):
+                run(i % n_sets)
+            torch.cuda.synchronize()
+        intervals = [(e.time_range.start, e.time_range.end) for e in trace.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA]
+        try:
+            stats.update(device_activity(intervals, TRACED_CALLS))
+        except ValueError:                  # the profiler saw nothing (CUPTI unavailable): say so
+            stats.update(kernels_per_call=None)
         return stats
 
 

@@ -119,6 +119,26 @@ def summarize_samples(samples_us: Iterable[float]) -> dict[str, float]:
             "iqr_us": float(q3 - q1), "min_us": float(values.min()), "n_samples": int(values.size)}
 
 
+def device_activity(intervals: Iterable[tuple[float, float]], calls: int) -> dict[str, float]:
+    """What the GPU did in `calls` back-to-back calls, from the (start, end) µs of every kernel, memset and
+    copy they ran (a profiler's device trace): ``kernels_per_call``; ``kernel_us``, their summed
+    durations per call; ``busy_us``, per call, the time at least one of them ran (their union: concurrent
+    branches of a graph count once); ``span_us``, first start to last end per call. ``span_us - busy_us``
+    is the GPU idle between them — launch gaps, graph and node overheads — that a per-call time
+    (``median_us``) includes and kernel durations do not."""
+    spans = sorted((float(start), float(end)) for start, end in intervals)
+    if calls < 1 or not spans:
+        raise ValueError("no device activity to summarize")
+    busy, reach = 0.0, -math.inf
+    for start, end in spans:
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return {"kernels_per_call": len(spans) / calls,
+            "kernel_us": sum(end - start for start, end in spans) / calls,
+            "busy_us": busy / calls, "span_us": (reach - spans[0][0]) / calls}
+
+
 def geometric_mean(values: Iterable[float]) -> float:
     values = [float(v) for v in values]
     if not values:

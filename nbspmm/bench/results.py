@@ -19,6 +19,8 @@ Schema ``nbspmm-bench/1``::
                 "input_sets", "host_us", "host_calls",
                 "flops_useful", "flops_dense", "bytes", "tflops_useful", "tflops_dense_equiv", "tbps",
                 "frac_copy_bw", "frac_gemm_useful", "frac_gemm_dense_equiv",
+                "kernels_per_call"?, "kernel_us"?, "busy_us"?, "span_us"? (bench --kernel-time:
+                metrics.device_activity),
                 "speedup_vs": {"<peer>": peer_time / this_time, ...}}]
     }
 
@@ -43,7 +45,7 @@ ROW_CSV_FIELDS = ("case", "suite", "candidate", "kind", "storage", "status", "re
                   "out_dtype", "rel_error", "error_bound", "median_us", "q1_us", "q3_us", "iqr_us",
                   "n_samples", "calls_per_sample", "input_sets", "host_us", "host_calls", "flops_useful",
                   "flops_dense", "bytes", "tflops_useful", "tflops_dense_equiv", "tbps", "frac_copy_bw",
-                  "frac_gemm_useful", "frac_gemm_dense_equiv")
+                  "frac_gemm_useful", "frac_gemm_dense_equiv", "kernels_per_call", "kernel_us", "busy_us", "span_us")
 STATUS_SHORT = {"wrong": "WRONG", "missing": "missing", UNSUPPORTED: "unsup.", NOT_BUILT: "not built",
                 "error": "ERROR"}
 
