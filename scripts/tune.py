@@ -34,9 +34,9 @@
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
   balance   Y = X Wᵀ at 64K tokens for down and gate: the kept 10% of 64 × 64 blocks at random positions
-         (also with ``item_order="planned"``, experimental) against the same count in every block row
+         (also with ``item_order="planned"``) against the same count in every block row
          (``per_row``: equal items, so the persistent CTAs do not drift apart and keep sharing the X tiles in L2);
-  stacked   128 × 64 blocks (the stacked schedule, experimental) against the same matrices in 64 × 64
+  stacked   128 × 64 blocks (the stacked schedule) against the same matrices in 64 × 64
          blocks: 16384² × 8192 at 90% (fp16 / fp32 C, with the loads-only probe) and Y = X Wᵀ per Qwen
          layer (q, k, gate, down) at 64K tokens;
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as

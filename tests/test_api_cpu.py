@@ -90,16 +90,24 @@ def test_format_auto_leaves_the_callers_matrix_alone():
     assert all(np.array_equal(x, y) for x, y in zip(before, (A.data, A.indices, A.indptr)))
 
 
-def test_128_row_blocks_need_experimental_and_other_tall_blocks_are_refused_on_any_machine():
-    """BCSR with 128 x 64 blocks runs the stacked schedule, not yet verified on a GPU; 128 x 128 blocks
-    have no kernel. Both are said before the GPU is looked for."""
+def test_128_row_blocks_are_gated_while_unverified_and_other_tall_blocks_are_refused_on_any_machine(monkeypatch):
+    """BCSR with 128 x 64 blocks runs the stacked schedule: behind experimental=True while
+    STACKED_BLOCKS_UNVERIFIED says why, open once it is None; 128 x 128 blocks have no kernel. The refusals
+    are said before the GPU is looked for."""
     import scipy.sparse as sp
 
     import formats
     import nbspmm
+    from nbspmm import api
+    from tests.host_fakes import fake_gpu
 
     A = sp.random_array((300, 200), density=0.1, rng=0, format="csr")
+    monkeypatch.setattr(api, "STACKED_BLOCKS_UNVERIFIED", "128-row blocks not yet run")
     with pytest.raises(ValueError, match="128-row blocks.*experimental=True"):
         nbspmm.SpMMOperator(formats.BCSR.from_scipy(A, block_shape=(128, 64)))
     with pytest.raises(ValueError, match="128x64 blocks"):
         nbspmm.SpMMOperator(A, format="bcsr", block_shape=(128, 128), experimental=True)
+    monkeypatch.setattr(api, "STACKED_BLOCKS_UNVERIFIED", None)
+    fake_gpu(monkeypatch)
+    op = nbspmm.SpMMOperator(A, format="bcsr", block_shape=(128, 64))
+    assert op.sparse.block_shape == (128, 64) and not op.experimental

@@ -118,7 +118,7 @@ def test_planned_kernel_reads_its_list_and_keeps_its_registers():
         assert sass["planned"].count("LDG") > sass["strided"].count("LDG")
 
 
-def test_the_api_refuses_the_planned_order_unless_experimental(monkeypatch):
+def test_the_api_gates_the_planned_order_while_unverified(monkeypatch):
     import scipy.sparse as sp
 
     from nbspmm import api
@@ -126,7 +126,10 @@ def test_the_api_refuses_the_planned_order_unless_experimental(monkeypatch):
 
     fake_gpu(monkeypatch)
     A = sp.random_array((128, 128), density=0.2, rng=0, format="csr")
+    monkeypatch.setattr(api, "PLANNED_ITEMS_UNVERIFIED", "planned lists not yet run")
     with pytest.raises(ValueError, match="experimental"):
         api.SpMMOperator(A, format="bcsr", item_order="planned")
     op = api.SpMMOperator(A, format="bcsr", item_order="planned", experimental=True)
     assert op.experimental
+    monkeypatch.setattr(api, "PLANNED_ITEMS_UNVERIFIED", None)        # verified: open to every user
+    assert not api.SpMMOperator(A, format="bcsr", item_order="planned").experimental

@@ -184,13 +184,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(W @ xᵀ)ᵀ with transposed copies (default linear)")
     parser.add_argument("--linear-block", type=block_shape, default=None, metavar="BMxBK",
                         help="prefill suite: BlockSparseLinear's block shape (default 64x64; 128x64 is the "
-                             "experimental stacked schedule)")
+                             "stacked schedule)")
     parser.add_argument("--per-row-blocks", action="store_true",
                         help="prefill suite: every block row of a weight keeps the same number of blocks "
                              "(default: the kept blocks at uniformly random positions)")
     parser.add_argument("--item-order", choices=prefill.ITEM_ORDERS, default=None,
                         help="prefill suite: the persistent BCSR kernels' item order (default strided; planned: "
-                             "per-CTA item lists made on the host, experimental)")
+                             "per-CTA item lists made on the host)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")

@@ -24,7 +24,7 @@ Beyond the ladder, two tile shapes for the same persistent warp-specialized pipe
   v4-tma, pingpong-tma   the same, writing C through shared memory and TMA stores (whole 128-byte
             rows of C per store: full 32-byte sectors for 16-bit outputs).
 
-128-row blocks (``block_shape=(128, 64)``, EXPERIMENTAL: not yet run on a GPU) take the ``stacked``
+128-row blocks (``block_shape=(128, 64)``; GPU-tested on an H100, 95f6927) take the ``stacked``
 schedule of v3 / v4 / v4-tma: both consumer warpgroups multiply every k-block, warpgroup g the block's
 rows g · 64 ..., against one staged 64 × 256 B tile — 128 rows of C per staged B tile instead of 64, so
 twice the flop per staged byte of B (the L2 → shared staging bound of 64-row blocks).
