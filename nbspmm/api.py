@@ -53,8 +53,11 @@ FORMATS = tuple(KERNELS)
 # its GPU tests (H200, 4770fc3) and compute-sanitizer (H100, 2564266) but has been timed on 15 cases only:
 # it stays experimental, and out of format="auto", until it is measured on the cost model's suite.
 UNVERIFIED: dict[tuple[str, str], str] = {
-    ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) is correct on the GPU but not yet "
-                         "timed on the cost model's suite",
+    # Timed on the H200 (1532ff4) only on the 13 real matrices at N = 128 with an fp32 C; refitted on those
+    # alone, the model picks it for 24 cases where it was never measured (scripts/fit_cost_model.py).
+    ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) is correct on the GPU but format='auto' "
+                         "needs its H200 times on the paper-scale suite (N = 64 / 128 / 256, fp32 C) before it "
+                         "may choose it",
     # Correct on the GPU (H100, 95f6927 / e29b1a5: routed-rows and routed-segments tests, sanitizer clean) but slower
     # than format="auto" on 12 of the 13 real matrices: its window threshold is not calibrated yet.
     **{("routed", variant): "the routed product (nbspmm.kernels.routed: WCSR on the dense windows, a CSR kernel "

@@ -41,7 +41,7 @@ NOTE_KERNEL = re.compile(r"format=(\w+), kernel=([\w-]+), dtype=float16, out_dty
 NOTE_TO_CANDIDATE = {("bcsr", "v4-tma"): "bcsr", ("bcsr", "bcsr"): "bcsr", ("bcsr", "v4"): "bcsr-v4",
                      ("bcsr", "bcsr-v4"): "bcsr-v4", ("wcsr", "wcsr-ws"): "wcsr",
                      ("wcsr", "wcsr-swapped"): "swapped", ("csr", "csr-rows"): "csr-rows",
-                     ("csr", "csr-segments"): "csr-segments"}
+                     ("csr", "csr-segments"): "csr-segments", ("csr", "csr-segments-async"): "csr-segments"}
 DENSE_PEER = "cublas_dense"
 
 

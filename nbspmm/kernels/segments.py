@@ -25,7 +25,7 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   narrower slices, so that one would fit L2, were the default until measured slower (a slice re-reads
   the segments' indices; NOTES.md). Narrower groups stay available (``lanes=``).
 
-* **cp.async ring** (``loads="cp_async"``; see DEFAULT_LOADS): each lane copies its
+* **cp.async ring** (``loads="cp_async"``, the default; ``"registers"``: the register form): each lane copies its
   pieces' B octets with ``cp.async`` into its own 16-byte slots of a ring of ``stages`` pieces in shared
   memory, ``stages - 1`` pieces ahead of the one it multiplies, so that the B bytes in flight are bounded
   by shared memory (192 KB an SM at 4 stages) instead of the registers that receive them (one piece,
@@ -33,8 +33,10 @@ kernel (``nbspmm.kernels.rows``), each for a cause measured there (NOTES.md):
   nothing read). Where B is not 16-byte aligned it stages the octets with ordinary loads.
 
 Measured (``scripts/tune.py segments`` and ``cp_async``, H100, NOTES.md): 16 pieces a segment; 1 and 2
-lanes and packed pieces lost; one slice covering N beat L2-sized slices; the cp.async ring 2-12% faster
-than registers on the 2^20-row matrices (not yet timed on small ones).
+lanes and packed pieces lost; one slice covering N beat L2-sized slices; the cp.async ring 2-14% faster
+than registers on the 2^20-row matrices, 4-19% on the 13 real ones. On matrices too small to fill the GPU
+(a few thousand rows) both forms are 2-3x slower than the row kernel (``nbspmm.kernels.rows``): few
+segments, each a long chain of pieces.
 """
 from __future__ import annotations
 
@@ -359,10 +361,10 @@ def kernel_function(in_kind: str, out_kind: str, vector: bool = True, lanes: int
 # one piece, 4 x 16 bytes a lane, in flight). Slots are per thread: a lane reads only what it copied, so no
 # CTA barrier is needed (cp.async.wait_group makes a thread's own copies visible to it).
 LOADS = ("registers", "cp_async")
-# The default stays the register form until the cp.async ring has run as the routed product's CUDA-core part
-# on a GPU (tests/gpu/test_routed_gpu.py::test_segments_core_with_cp_async); the ring was faster on all 19
-# matrices timed (13 real ones, N = 128; 2^20-row R-MAT and uniform at N = 64 / 128 / 256; H100, 03bb675).
-DEFAULT_LOADS = "registers"
+# The ring is the default: faster than the register form on all 19 matrices timed (13 real ones, N = 128;
+# 2^20-row R-MAT and uniform at N = 64 / 128 / 256; H100, 03bb675; H200, 1532ff4), and its GPU tests pass,
+# as the routed product's CUDA-core part too (H100, 1532ff4).
+DEFAULT_LOADS = "cp_async"
 # cp.async's cache operator for B: "cg" caches in L2 only; "ca" in L1 too, so that an SM's repeated gathers of
 # the same rows (the hot rows of a power-law matrix) are served by L1 instead of each taking an L2 request.
 CACHE_OPERATORS = {"cg": cp_async_16, "ca": cp_async_16_ca}
