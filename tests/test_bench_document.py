@@ -12,7 +12,8 @@ from nbspmm.bench import document, report, results
 from tests.data.make_bench_example import EXAMPLE_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_LINES = 400
+# A readability budget: 400 until the H200 runs of 2026-12-07 added a third real / synthetic / llm table each.
+MAX_LINES = 450
 
 
 def test_the_committed_benchmarks_md_is_the_generator_output():
