@@ -3,7 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
-                                     [stacked] [balance] [cp_async]
+                                     [stacked] [balance] [cp_async] [replay]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -41,6 +41,12 @@
          layer (q, k, gate, down) at 64K tokens;
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
+  replay the smallest real matrices (REPLAY_MATRICES), N = 128, fp32 C, format="auto": a bound product
+         replayed as a CUDA graph against the same kernels launched one by one (``launch_each``), each
+         with its GPU time, its device trace (kernel time and the GPU idle between calls:
+         ``gpu.KernelTimer``) and its host time per call — whether a one-kernel product should replay a
+         graph (the H200 trace left the GPU idle 2.2-3.1 µs between replays, 1.0-1.2 µs between cuSPARSE's
+         launches).
 
 Every configuration's result is checked against scipy in float64 (on a subset of columns for the large
 cases) before it is timed. GPU times: CUDA events around back-to-back bound products after a sleep
@@ -295,6 +301,45 @@ def part_host(timer) -> list[dict]:
     print("\n== host cost per product (Python, µs)")
     for r in rows:
         print(f"{r['format']:<6} {r['path']:<24} {r['host_us']:8.2f}   ({r['kernels']} kernel(s) per product)")
+    return rows
+
+
+# The real matrices too small to fill the GPU, where a call's fixed cost decides (NOTES.md: Measured status).
+REPLAY_MATRICES = ("jagmesh7", "dwt_992", "cryg2500", "n1024-l1", "bcsstk13")
+REPLAY_N = 128
+
+
+def part_replay(timer) -> list[dict]:
+    """Graph replay against launching each kernel, on the smallest real matrices (see the docstring)."""
+    import nbspmm
+
+    trace_timer = gpu.KernelTimer(timer.policy, clock_hz=timer.clock_hz)
+    rows = []
+    for name in REPLAY_MATRICES:
+        case = Case(name, datasets.load(name).matrix, REPLAY_N)
+        op = nbspmm.SpMMOperator(case.A, dtype=np.float16, out_dtype=np.float32)
+        C = case.outputs("float32")
+        bound = [op.bind(b, c) for b, c in zip(case.B, C)]
+        paths = {"graph replay": lambda i: bound[i % len(bound)](),
+                 "launch_each": lambda i: bound[i % len(bound)].launch_each()}
+        for path, run in paths.items():
+            C[0].fill_(float("nan"))
+            run(0)
+            run(0)                       # the second call of a bound product is its first graph replay
+            got = C[0][:, case.columns_device].double().cpu().numpy()
+            err = rel_error(got, case.reference)
+            row = {"case": name, "N": REPLAY_N, "options": {"path": path}, "out_dtype": "float32",
+                   "kernel": op.kernel, "kernels": bound[0].n_kernels, "rel_error": err}
+            if not err < BOUND["float32"]:
+                rows.append({**row, "status": f"WRONG (rel error {err:.2e})"})
+                continue
+            stats = trace_timer.measure(run, len(bound))
+            row.update(status="ok", **{k: stats.get(k) for k in ("median_us", "iqr_us", "host_us", "kernel_us",
+                                                                 "busy_us", "kernels_per_call")})
+            rows.append(row)
+    print_rows("graph replay against one launch per kernel (N = 128, fp32 C)", rows,
+               lambda r: f"  kernel {r.get('kernel_us') or 0:.2f}  idle {median_us(r) - (r.get('busy_us') or 0):.2f}"
+                         f"  host {r.get('host_us') or 0:.2f} us")
     return rows
 
 
@@ -589,7 +634,8 @@ def part_balance(timer) -> list[dict]:
 
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
-         "stacked": part_stacked, "balance": part_balance, "cp_async": part_cp_async}
+         "stacked": part_stacked, "balance": part_balance, "cp_async": part_cp_async,
+         "replay": part_replay}
 
 
 def main() -> int:
