@@ -46,15 +46,14 @@ from nbspmm import interop     # the caller's framework and stream (imports no t
 KERNELS = {**{format_name: registry.products(format_name) for format_name in ("bcsr", "wcsr", "csr")},
            "routed": routed.products()}
 FORMATS = tuple(KERNELS)
-# Kernels whose current code has not yet passed the GPU suite on the H200: selectable only with
-# experimental=True, so that nobody runs them by accident. The ping-pong schedules (ordered turns), the
-# swapped WCSR orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the GPU suite and
-# compute-sanitizer there (2026-12-03, commits 6bd4559, bac4b4e and 86a30de). The segment kernel passed
-# its GPU tests (H200, 4770fc3) and compute-sanitizer (H100, 2564266) but has been timed on 15 cases only:
-# it stays experimental, and out of format="auto", until it is measured on the cost model's suite.
+# Kernels not yet ready for every user: selectable only with experimental=True, so that nobody runs them by
+# accident, and never chosen by format="auto". The ping-pong schedules (ordered turns), the swapped WCSR
+# orientation and the CSR row kernel (cut rows, 8-byte word loads) passed the GPU suite and compute-sanitizer
+# on the H200 (2026-12-03, commits 6bd4559, bac4b4e and 86a30de) and left this table.
 UNVERIFIED: dict[tuple[str, str], str] = {
-    # Timed on the H200 (1532ff4) only on the 13 real matrices at N = 128 with an fp32 C; refitted on those
-    # alone, the model picks it for 24 cases where it was never measured (scripts/fit_cost_model.py).
+    # Its GPU tests and compute-sanitizer pass (H100, both loads forms, 1532ff4 / a26d1aa), but its only H200 times
+    # with an fp32 C are the 13 real matrices at N = 128 (1532ff4): refitted on those alone, the cost model picks it
+    # for 24 cases where it was never measured (scripts/fit_cost_model.py --check).
     ("csr", "segments"): "the CSR segment kernel (nbspmm.kernels.segments) is correct on the GPU but format='auto' "
                          "needs its H200 times on the paper-scale suite (N = 64 / 128 / 256, fp32 C) before it "
                          "may choose it",

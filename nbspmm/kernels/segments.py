@@ -368,7 +368,8 @@ DEFAULT_LOADS = "cp_async"
 # cp.async's cache operator for B: "cg" caches in L2 only; "ca" in L1 too, so that an SM's repeated gathers of
 # the same rows (the hot rows of a power-law matrix) are served by L1 instead of each taking an L2 request.
 CACHE_OPERATORS = {"cg": cp_async_16, "ca": cp_async_16_ca}
-DEFAULT_CACHE_OPERATOR = "cg"                # measured (H100, 03bb675); "ca" not yet timed
+# "ca" was within 1% of "cg" on the 2^20-row matrices (H100 and H200, 1532ff4): L2-only stays the default.
+DEFAULT_CACHE_OPERATOR = "cg"
 ASYNC_STAGES = 4
 SLOT_BYTES = VECTOR_BYTES                    # one B octet: one cp.async of 16 bytes
 STAGE_SLOTS = GROUP * THREADS                # a stage: every thread's GROUP octets
