@@ -3,7 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
-                                     [stacked] [balance] [cp_async] [replay]
+                                     [stacked] [balance] [cp_async] [replay] [small]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -47,6 +47,8 @@
          ``gpu.KernelTimer``) and its host time per call — whether a one-kernel product should replay a
          graph (the H200 trace left the GPU idle 2.2-3.1 µs between replays, 1.0-1.2 µs between cuSPARSE's
          launches).
+  small  the CSR row kernel's group length (``unroll``: nonzeros whose B rows are in flight together,
+         with the register budget it needs) on the same matrices and pubmed, cuSPARSE (torch) for scale.
 
 Every configuration's result is checked against scipy in float64 (on a subset of columns for the large
 cases) before it is timed. GPU times: CUDA events around back-to-back bound products after a sleep
@@ -343,6 +345,27 @@ def part_replay(timer) -> list[dict]:
     return rows
 
 
+# The row kernel's nonzeros per load round on the smallest matrices: a grid of a fraction of one wave
+# (jagmesh7: 143 blocks on 132 SMs) leaves occupancy idle, so a longer group (its loads all in flight,
+# one round for a row of up to `unroll` nonzeros) may pay for its registers. Default first.
+# (unroll 8 at 3 blocks per SM: 80 registers, no spills, 8 loads before the first FFMA; at 16 ptxas no
+# longer unrolls the group: 24 FFMAs for 16 × 4 products, so it is not tried.)
+SMALL_ROWS_CONFIGS = ({}, {"unroll": 8, "min_blocks_per_sm": 3})
+SMALL_MATRICES = REPLAY_MATRICES + ("pubmed",)
+
+
+def part_small(timer) -> list[dict]:
+    """The row kernel's group length (SMALL_ROWS_CONFIGS) on the smallest real matrices, N = 128, fp32 C."""
+    rows = []
+    for name in SMALL_MATRICES:
+        case = Case(f"{name}/N={REPLAY_N}", datasets.load(name).matrix, REPLAY_N)
+        rows.append(time_cusparse(case, timer))
+        for config in SMALL_ROWS_CONFIGS:
+            rows.append(time_operator(case, timer, format="csr", **config))
+    print_rows("CSR row kernel: group length on the small real matrices (cuSPARSE for scale)", rows)
+    return rows
+
+
 def part_epilogue(timer) -> list[dict]:
     """Issue 4's epilogue question: C from registers (v4, pingpong) against shared memory + TMA stores
     (v4-tma, pingpong-tma), fp32 and fp16 output, on the Qwen layers (short K loops: the epilogue is a
@@ -635,7 +658,7 @@ def part_balance(timer) -> list[dict]:
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
          "stacked": part_stacked, "balance": part_balance, "cp_async": part_cp_async,
-         "replay": part_replay}
+         "replay": part_replay, "small": part_small}
 
 
 def main() -> int:
