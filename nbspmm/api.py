@@ -83,11 +83,15 @@ MAPPED_ROWS_UNVERIFIED: str | None = None
 # has — the stacked GPU tests and the sanitizer's `*@stacked*` runs passed (H100, 2026-12-07, 95f6927; the
 # fp32-C default v4 at e29b1a5).
 STACKED_BLOCKS_UNVERIFIED: str | None = None
-# The planned item order of the persistent pipelines (kernel option item_order="planned",
-# PipelineConfig.item_order): a reason string while it has not passed the GPU suite; None once it has —
-# tests/gpu/test_item_order_gpu.py 26 / 26 and the 12 `*+planned` sanitizer runs (H100, 2026-12-07, 03bb675).
-# Not the default order (NOTES.md: 1.05x on down, 0.95x on gate).
-PLANNED_ITEMS_UNVERIFIED: str | None = None
+# The persistent pipelines' item orders other than the default (kernel option item_order=...,
+# PipelineConfig.item_order) that have not passed the GPU suite, each with the reason; an order leaves
+# the table once it has. "planned" passed tests/gpu/test_item_order_gpu.py 26 / 26 and the 12
+# `*+planned` sanitizer runs (H100, 2026-12-07, 03bb675); it is not the default (NOTES.md: 1.05x on
+# down, 0.95x on gate).
+UNVERIFIED_ITEM_ORDERS: dict[str, str] = {
+    "dynamic": "the dynamic item order (run-time claims handed from the producer to the consumers, "
+               "nbspmm.kernels.pipeline.item_queue) has not run on a GPU yet",
+}
 # (B, out) layout pairs an operator remembers as checked, with their packed products (the fast path of a
 # repeated call): a model's few activation shapes, each with its output, fit with room to spare.
 CHECKED_PAIRS = 16
@@ -236,9 +240,9 @@ class SpMMOperator:
         if (STACKED_BLOCKS_UNVERIFIED and not experimental and self.format_name == "bcsr"
                 and self.sparse.block_shape[0] == bcsr_kernels.STACKED_BLOCK_M):
             raise ValueError(f"{STACKED_BLOCKS_UNVERIFIED}: pass experimental=True to use it anyway")
-        if (PLANNED_ITEMS_UNVERIFIED and not experimental
-                and kernel_options.get("item_order", "strided") != "strided"):
-            raise ValueError(f"{PLANNED_ITEMS_UNVERIFIED}: pass experimental=True to use it anyway")
+        order_unverified = UNVERIFIED_ITEM_ORDERS.get(kernel_options.get("item_order", "strided"))
+        if order_unverified and not experimental:
+            raise ValueError(f"{order_unverified}: pass experimental=True to use it anyway")
         self.experimental = bool(experimental)
         require_hopper()                  # after the argument checks: a wrong argument is named on any machine
         prepare = variants[kernel]

@@ -167,9 +167,10 @@ SANITIZE_OPTION_KERNELS = ("csr-segments-packed", "csr-segments-async", "csr-seg
 # rows add into fp32 partial sums, rounded into C by a second kernel).
 SANITIZE_16_BIT_OUT = ("csr-segments", "csr-segments-packed", "csr-segments-async")
 F16_OUT_SUFFIX = "@f16"
-# Persistent kernels also sanitized with the planned item order (PipelineConfig.item_order, "+planned").
+# Persistent kernels also sanitized with the other item orders (PipelineConfig.item_order: "+planned",
+# "+dynamic").
 SANITIZE_PLANNED = ("bcsr-v4", "bcsr-v4-tma@linear", "bcsr-pingpong", "wcsr-ws")
-PLANNED_SUFFIX = "+planned"
+ITEM_ORDER_SUFFIXES = ("+planned", "+dynamic")
 # BCSR with 128-row blocks: the stacked form of every variant that has one (nbspmm.kernels.bcsr.STACKED_VARIANTS).
 STACKED_SUFFIX = "@stacked"
 
@@ -178,7 +179,8 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     """Every registered kernel of every format (nbspmm.api.KERNELS) as a scripts/sanitize_case.py case
     name, FORMAT-KERNEL, plus SANITIZE_TWO_PASS with "+two_pass" and the nn.Linear orientations
     ("@linear") and SANITIZE_ROW_ORDER on a reordered format ("@rows"), SANITIZE_OPTION_KERNELS,
-    SANITIZE_16_BIT_OUT with an fp16 C ("@f16"), SANITIZE_PLANNED with the planned item order ("+planned") and the
+    SANITIZE_16_BIT_OUT with an fp16 C ("@f16"), SANITIZE_PLANNED with the other item orders ("+planned",
+    "+dynamic") and the
     128-row-block forms ("@stacked"); those matching the glob `pattern` (several globs: comma-separated)."""
     sys.path.insert(0, str(REPO))
     from nbspmm.api import KERNELS
@@ -192,7 +194,7 @@ def sanitize_cases(pattern: str = "*") -> list[str]:
     names += [f"{name}{ROW_ORDER_SUFFIX}" for name in SANITIZE_ROW_ORDER]
     names += list(SANITIZE_OPTION_KERNELS)
     names += [f"{name}{F16_OUT_SUFFIX}" for name in SANITIZE_16_BIT_OUT]
-    names += [f"{name}{PLANNED_SUFFIX}" for name in SANITIZE_PLANNED]
+    names += [f"{name}{suffix}" for suffix in ITEM_ORDER_SUFFIXES for name in SANITIZE_PLANNED]
     names += [f"bcsr-{variant}{STACKED_SUFFIX}" for variant in STACKED_VARIANTS]
     names += [f"bcsr-v4-tma{STACKED_SUFFIX}-linear", f"bcsr-v4-tma{STACKED_SUFFIX}+two_pass",
               f"bcsr-v4-tma{STACKED_SUFFIX}-linear+two_pass"]

@@ -8,7 +8,7 @@ for the tensor-core part, the rest to the CSR kernel);
 a WCSR or CSR kernel builds the format with a random row order (mapped output rows: wcsr-ws@rows); "@stacked"
 after a BCSR kernel builds 128 x 64 blocks (the stacked schedule; "@stacked-linear": its nn.Linear orientation);
 "@f16" after a CSR kernel writes an fp16 C (the segment kernel's split rows then meet in fp32 partial sums);
-"+planned" after a persistent kernel takes the planned item order (bcsr-v4-tma@linear+planned).
+"+planned" / "+dynamic" after a persistent kernel takes that item order (bcsr-v4-tma@linear+planned).
 
 Ragged shape (M, K, N not multiples of the tiles), an empty block row / window, split work items beside an unsplit one (v4,
 wcsr) — small enough that the sanitizer's slow-down stays in seconds. Prints "case ok" when the result
@@ -33,8 +33,8 @@ out_dtype = np.float16 if orientation == "f16" else np.float32
 # The relative error allowed: fp32 accumulation, and one rounding to fp16 (unit roundoff 2^-11) for an fp16 C.
 TOLERANCE = 2e-3 if out_dtype == np.float16 else 1e-4
 fmt_name, _, variant = kernel.partition("-")
-# "+planned": the planned item order (per-CTA item lists) instead of a combine mode.
-options = {"item_order": "planned"} if combine == "planned" else {"combine": combine} if combine else {}
+# "+planned" / "+dynamic": an item order (per-CTA item lists / run-time claims) instead of a combine mode.
+options = {"item_order": combine} if combine in ("planned", "dynamic") else {"combine": combine} if combine else {}
 rng = np.random.default_rng(7)
 M, K, N = 300, 200, 136
 dense = sp.random_array((M, K), density=0.3, rng=rng).toarray() * (np.arange(M)[:, None] // 64 != 1)  # unit 1 empty

@@ -34,7 +34,7 @@
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
   balance   Y = X Wᵀ at 64K tokens for down and gate: the kept 10% of 64 × 64 blocks at random positions
-         (also with ``item_order="planned"``) against the same count in every block row
+         (also with ``item_order="planned"`` and ``"dynamic"``) against the same count in every block row
          (``per_row``: equal items, so the persistent CTAs do not drift apart and keep sharing the X tiles in L2);
   stacked   128 × 64 blocks (the stacked schedule) against the same matrices in 64 × 64
          blocks: 16384² × 8192 at 90% (fp16 / fp32 C, with the loads-only probe) and Y = X Wᵀ per Qwen
@@ -645,9 +645,9 @@ def part_balance(timer) -> list[dict]:
             case = LinearLayer(torch, g, layer, RASTER_TOKENS, per_row=per_row)
             label = "per-row blocks" if per_row else "random blocks"
             rows.append(case.time(timer, label, {"per_row": per_row}))
-            if not per_row:             # the planned item order on the same random blocks
-                rows.append(case.time(timer, f"{label}, planned items", {"per_row": per_row, "item_order": "planned"},
-                                      item_order="planned", experimental=True))
+            for order in ("planned", "dynamic") if not per_row else ():   # the other orders, same random blocks
+                rows.append(case.time(timer, f"{label}, {order} items", {"per_row": per_row, "item_order": order},
+                                      item_order=order, experimental=True))
             del case
             torch.cuda.empty_cache()
     print_rows("Block positions: random against the same count per block row, nn.Linear orientation, 64K tokens",

@@ -1,6 +1,7 @@
 """The persistent pipelines' item order (PipelineConfig.item_order) at the level the CPU allows: the host
 mirror of the rasterization, the planned per-CTA item lists, a simulation of how far the CTAs drift apart,
-the configuration rules, the API gate and the planned kernel's SASS."""
+the configuration rules, the API gate and the planned and dynamic kernels' SASS (the dynamic order's
+hand-off protocol: tests/test_item_queue_protocol.py)."""
 from dataclasses import replace
 
 import numpy as np
@@ -90,13 +91,18 @@ def test_planned_forms_of_the_other_persistent_kernels_compile(name):
 
 
 def test_config_rules():
+    from nbspmm.kernels import wcsr
+
     assert bcsr.VARIANTS["v4-tma"].item_order == "strided"
-    planned = replace(bcsr.VARIANTS["v4-tma"], item_order="planned")
-    assert planned.item_order == "planned"
+    for order in ("planned", "dynamic"):
+        assert replace(bcsr.VARIANTS["v4-tma"], item_order=order).item_order == order
+        with pytest.raises(ValueError, match="persistent"):
+            PipelineConfig(name="x", loader="tma", stages=4, specialized=True, persistent=False, item_order=order)
     with pytest.raises(ValueError, match="item_order must be one of"):
-        replace(bcsr.VARIANTS["v4-tma"], item_order="dynamic")
-    with pytest.raises(ValueError, match="persistent"):
-        PipelineConfig(name="x", loader="tma", stages=4, specialized=True, persistent=False, item_order="planned")
+        replace(bcsr.VARIANTS["v4-tma"], item_order="greedy")
+    with pytest.raises(ValueError, match="issuing thread"):
+        replace(wcsr.VARIANTS["ws-cpasync"], item_order="dynamic")
+    assert replace(wcsr.VARIANTS["ws"], item_order="dynamic").item_queue_depth == wcsr.VARIANTS["ws"].stages
 
 
 def test_planned_kernel_reads_its_list_and_keeps_its_registers():
@@ -118,7 +124,7 @@ def test_planned_kernel_reads_its_list_and_keeps_its_registers():
         assert sass["planned"].count("LDG") > sass["strided"].count("LDG")
 
 
-def test_the_api_gates_the_planned_order_while_unverified(monkeypatch):
+def test_the_api_gates_an_item_order_while_unverified(monkeypatch):
     import scipy.sparse as sp
 
     from nbspmm import api
@@ -126,10 +132,43 @@ def test_the_api_gates_the_planned_order_while_unverified(monkeypatch):
 
     fake_gpu(monkeypatch)
     A = sp.random_array((128, 128), density=0.2, rng=0, format="csr")
-    monkeypatch.setattr(api, "PLANNED_ITEMS_UNVERIFIED", "planned lists not yet run")
-    with pytest.raises(ValueError, match="experimental"):
-        api.SpMMOperator(A, format="bcsr", item_order="planned")
-    op = api.SpMMOperator(A, format="bcsr", item_order="planned", experimental=True)
-    assert op.experimental
-    monkeypatch.setattr(api, "PLANNED_ITEMS_UNVERIFIED", None)        # verified: open to every user
+    assert set(api.UNVERIFIED_ITEM_ORDERS) == {"dynamic"}              # planned passed its GPU suite
     assert not api.SpMMOperator(A, format="bcsr", item_order="planned").experimental
+    with pytest.raises(ValueError, match="dynamic item order.*experimental"):
+        api.SpMMOperator(A, format="bcsr", item_order="dynamic")
+    assert api.SpMMOperator(A, format="bcsr", item_order="dynamic", experimental=True).experimental
+    monkeypatch.setitem(api.UNVERIFIED_ITEM_ORDERS, "planned", "planned lists not yet run")
+    with pytest.raises(ValueError, match="planned lists not yet run"):
+        api.SpMMOperator(A, format="bcsr", item_order="planned")
+    monkeypatch.delitem(api.UNVERIFIED_ITEM_ORDERS, "dynamic")        # verified: open to every user
+    assert not api.SpMMOperator(A, format="bcsr", item_order="dynamic").experimental
+
+
+@pytest.mark.parametrize("name", ["bcsr-v4-tma", "bcsr-v4-tma-linear", "bcsr-pingpong-tma", "bcsr-v4-tma-stacked",
+                                  "wcsr-ws"])
+def test_dynamic_kernels_claim_once_an_item_and_keep_their_registers(name):
+    """The dynamic order compiles for sm_90a in each schedule (cooperative, ping-pong, stacked; BCSR both
+    orientations, WCSR's TMA gather) with no spills, except ping-pong's one 4-byte word (a barrier
+    address its consumers reload once an item, after the k-loop: ptxas, 232 registers); one global atomic
+    (the issuing thread's claim), none in the strided kernel, and one shared-memory load of the queue
+    slot, which the strided kernel does not have."""
+    from ptx_snippets.inspect import inspect_kernel, instructions, mnemonic_counts
+    from nbspmm.kernels import wcsr
+    from nbspmm.kernels.pipeline import build_kernel_function, kernel_signature
+
+    fmt, _, variant = name.partition("-")
+    if fmt == "wcsr":
+        strided = wcsr.VARIANTS[variant]
+    else:
+        variant, linear, stacked = variant.split("-")[0] + "-tma", name.endswith("linear"), name.endswith("stacked")
+        strided = replace(bcsr.config(variant, "f16", "f16", block_m=128 if stacked else 64),
+                          linear=linear)
+    counts = {}
+    for cfg in (strided, replace(strided, item_order="dynamic")):
+        k = inspect_kernel(build_kernel_function(cfg), kernel_signature(cfg), launch_bounds=(cfg.threads, 1))
+        allowed = 4 if cfg.pingpong and cfg.item_order == "dynamic" else 0
+        assert k.info.spill_stores <= allowed and k.info.spill_loads <= allowed, k.info
+        assert any(m.startswith("HGMMA") for m in instructions(k.sass))
+        counts[cfg.item_order] = mnemonic_counts(k.sass)
+    assert counts["strided"]["ATOMG"] == 0 and counts["dynamic"]["ATOMG"] == 1
+    assert counts["dynamic"]["LDS"] == counts["strided"]["LDS"] + 1

@@ -22,7 +22,7 @@ def test_every_registered_kernel_is_sanitized():
         kernel, _, orientation = kernel.partition("@")
         fmt, _, variant = kernel.partition("-")
         known = variant in KERNELS[fmt] or kernel in gpu_suite.SANITIZE_OPTION_KERNELS
-        assert known and combine in ("", "two_pass", "planned") and orientation in ("", "linear", "rows", "stacked",
+        assert known and combine in ("", "two_pass", "planned", "dynamic") and orientation in ("", "linear", "rows", "stacked",
                                                                          "stacked-linear", "f16"), name
     linear = {name for name in cases if name.endswith("@linear")}
     assert linear == {f"bcsr-{variant}@linear" for variant in LINEAR_VARIANTS}
@@ -33,10 +33,12 @@ def test_every_registered_kernel_is_sanitized():
     assert reordered == {"wcsr-ws@rows", "wcsr-pingpong@rows", "wcsr-v2@rows", "csr-rows@rows", "csr-segments@rows"}
     assert {name for name in cases if name.endswith("@f16")} == {"csr-segments@f16", "csr-segments-packed@f16",
                                                                  "csr-segments-async@f16"}
-    assert {name for name in cases if name.endswith("+planned")} == {
-        "bcsr-v4+planned", "bcsr-v4-tma@linear+planned", "bcsr-pingpong+planned", "wcsr-ws+planned"}
+    for order in ("planned", "dynamic"):
+        assert {name for name in cases if name.endswith(f"+{order}")} == {
+            f"bcsr-v4+{order}", f"bcsr-v4-tma@linear+{order}", f"bcsr-pingpong+{order}", f"wcsr-ws+{order}"}
     assert gpu_suite.sanitize_cases("wcsr-ws*") == ["wcsr-ws", "wcsr-ws-tma", "wcsr-ws-cpasync", "wcsr-ws-rows",
-                                                    "wcsr-ws+two_pass", "wcsr-ws@rows", "wcsr-ws+planned"]
+                                                    "wcsr-ws+two_pass", "wcsr-ws@rows", "wcsr-ws+planned",
+                                                    "wcsr-ws+dynamic"]
 
 
 def test_sanitize_starts_nothing_after_the_deadline(tmp_path, monkeypatch):

@@ -190,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the kept blocks at uniformly random positions)")
     parser.add_argument("--item-order", choices=prefill.ITEM_ORDERS, default=None,
                         help="prefill suite: the persistent BCSR kernels' item order (default strided; planned: "
-                             "per-CTA item lists made on the host)")
+                             "per-CTA item lists made on the host; dynamic: claimed at run time, experimental)")
     parser.add_argument("--filter", metavar="REGEX", default=None, help="only cases whose name matches")
     parser.add_argument("--seed", type=int, default=0, help="base seed of every generator and B (default 0)")
     parser.add_argument("--out", metavar="RESULTS.json", default=None, help="write JSON (and CSV beside it)")

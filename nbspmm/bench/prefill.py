@@ -32,7 +32,7 @@ LINEAR_BLOCK = (64, 64)
 RANDOM_MASK, PER_ROW_MASK = "random", "per_row"     # uniform over the weight / the same count per block row
 # The persistent BCSR kernels' item orders (nbspmm.kernels.pipeline.config.ITEM_ORDERS, tested equal: named
 # here so that the bench CLI does not import numba), the first the default.
-ITEM_ORDERS = ("strided", "planned")
+ITEM_ORDERS = ("strided", "planned", "dynamic")
 DEFAULT_ITEM_ORDER = ITEM_ORDERS[0]
 ATTENTION_KEEP = 0.1
 DEFAULT_REPEATS = 3
@@ -243,7 +243,7 @@ def run(args) -> int:
     orientation = getattr(args, "orientation", "linear")
     per_row = bool(getattr(args, "per_row_blocks", False))
     # Another block shape (128 x 64: stacked) or item order than the defaults may name a kernel not yet
-    # verified on a GPU (api.STACKED_BLOCKS_UNVERIFIED, PLANNED_ITEMS_UNVERIFIED): the benchmark runs it anyway.
+    # verified on a GPU (api.STACKED_BLOCKS_UNVERIFIED, UNVERIFIED_ITEM_ORDERS): the benchmark runs it anyway.
     kernel_options = {} if item_order == DEFAULT_ITEM_ORDER else {"item_order": item_order}
     sparse = qwen.sparsify(dense, LINEAR_SPARSITY, block, "sdpa", seed=args.seed, orientation=orientation,
                            experimental=block != LINEAR_BLOCK or bool(kernel_options), per_row=per_row,

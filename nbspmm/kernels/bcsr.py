@@ -163,26 +163,29 @@ def prepare(fmt, in_kind: str, out_kind: str, *, variant: str = DEFAULT_VARIANT,
     return PreparedPipeline(operand(fmt, max_blocks), cfg)
 
 
-def _spec(variant: str, linear: bool = False, stacked_blocks: bool = False):
+def _spec(variant: str, linear: bool = False, stacked_blocks: bool = False, item_order: str = "strided"):
     """The registry entry of `variant`; `linear`: its nn.Linear orientation (``op.linear(X)``), listed for
     the SASS tools and tests, not as a kernel of its own (it is the same operator's other product);
-    `stacked_blocks`: its form for 128-row blocks (listed likewise: the block shape chooses it)."""
+    `stacked_blocks`: its form for 128-row blocks (listed likewise: the block shape chooses it);
+    `item_order`: another item order than the default (listed likewise: a kernel option chooses it)."""
     cfg = stacked(VARIANTS[variant]) if stacked_blocks else VARIANTS[variant]
-    cfg = replace(cfg, linear=True) if linear else cfg
+    cfg = replace(cfg, linear=linear, item_order=item_order)
     name = f"bcsr-{variant}" if variant != DEFAULT_VARIANT else "bcsr"
     name = f"{name}-stacked" if stacked_blocks else name
+    name = f"{name}-{item_order}" if item_order != "strided" else name
     return KernelSpec(
         name=f"{name}-linear" if linear else name,
         description=f"BCSR SpMM {variant}: {cfg.loader} loads, {cfg.stages} stage(s), {cfg.epilogue} epilogue, "
                     f"{'warp-specialized' if cfg.specialized else 'unspecialized'}"
                     f"{', persistent' if cfg.persistent else ''}, {cfg.schedule} {cfg.unit_rows}x{cfg.tile_n} "
                     f"tiles; {cfg.unit_rows}x64 fp16 blocks, fp32 out"
-                    + ("; nn.Linear orientation: Y = X A^T, X and Y row-major" if linear else ""),
+                    + ("; nn.Linear orientation: Y = X A^T, X and Y row-major" if linear else "")
+                    + (f"; {item_order} item order" if item_order != "strided" else ""),
         build=lambda: (build_kernel_function(cfg), kernel_signature(cfg), {"launch_bounds": (cfg.threads, 1)}),
         expected_sass=("HGMMA",) + (("UTMALDG", "SYNCS") if cfg.loader == "tma" else ())
                       + (("UTMASTG",) if cfg.epilogue == "tma" else ()),
-        **({} if linear or stacked_blocks else {"formats": ("bcsr",), "variant": variant, "prepare": prepare,
-                                                "default": variant == DEFAULT_VARIANT}),
+        **({} if linear or stacked_blocks or item_order != "strided" else
+           {"formats": ("bcsr",), "variant": variant, "prepare": prepare, "default": variant == DEFAULT_VARIANT}),
     )
 
 
@@ -195,6 +198,10 @@ for _variant in LINEAR_VARIANTS:
 for _variant in STACKED_VARIANTS:
     register(_spec(_variant, stacked_blocks=True))
 register(_spec(DEFAULT_VARIANT, linear=True, stacked_blocks=True))
+# The dynamic item order (experimental, nbspmm.api.UNVERIFIED_ITEM_ORDERS) of the default kernel, both
+# orientations: listed so that its SASS fingerprint records what a GPU run verifies.
+for _linear in (False, True):
+    register(_spec(DEFAULT_VARIANT, linear=_linear, item_order="dynamic"))
 
 
 def record_timeline(A, N: int, variant: str = "v3", *, dtype=np.float16, seed: int = 0) -> dict:

@@ -449,7 +449,11 @@ class PreparedPipeline:
 
     def _item_plan(self, cfg: PipelineConfig, N: int):
         """The kernel's ``item_plan``: for item_order "planned", each CTA's items (schedules.planned_item_lists
-        over this plan's k-blocks per item), one per (column tiles, raster group, grid); else a placeholder."""
+        over this plan's k-blocks per item), one per (column tiles, raster group, grid); for "dynamic", a
+        zeroed claim counter of the bound product's own (the kernel resets it at the end of each launch:
+        pipeline.item_queue); else a placeholder."""
+        if cfg.item_order == "dynamic":
+            return cuda.to_device(np.zeros(1, dtype=np.int32))
         if cfg.item_order != "planned":
             return self._no_item_plan
         n_tiles, grid = math.ceil(N / cfg.tile_n), self.grid_size(N, cfg)
@@ -504,6 +508,8 @@ class PreparedPipeline:
                 zero.set(2, self.out_rows)
             steps.append((zero, helper_grid(self.split_units.shape[0] * self.unit_rows * N)))
         main = PackedLaunch(compiled_kernel(cfg), block=cfg.threads, shared_bytes=cfg.smem_bytes)
+        item_plan = self._item_plan(cfg, N)
+        keep_alive.append(item_plan)
         partials = self._partials_buffer(N) if cfg.combine == "two_pass" and self.n_partial_slots else None
         for index, value in ((ARG_ROWS, self.rows), (ARG_BEGINS, self.begins), (ARG_ENDS, self.ends),
                              (ARG_SHARED, self.shared), (ARG_COL_INDEX, self.col_index),
@@ -515,7 +521,7 @@ class PreparedPipeline:
                              (ARG_PARTIAL_SLOT, self.partial_slot),
                              (ARG_C_MAP, (c_map or b_map).device),    # unread by the register epilogue
                              (ARG_OUT_ROWS, self.out_rows),            # unread unless cfg.mapped_rows
-                             (ARG_ITEM_PLAN, self._item_plan(cfg, N))):  # unread unless item_order "planned"
+                             (ARG_ITEM_PLAN, item_plan)):               # unread unless item_order is not "strided"
             main.set(index, value)
         steps.append((main, self.grid_size(N, cfg)))
         if partials is not None:

@@ -43,8 +43,10 @@ def make_roles(cfg: PipelineConfig) -> Roles:
     else:
         producer = make_sync_loader(cfg) if cfg.loader == "sync" else make_serial_tma_loader(cfg, ring, stamp)
         schedule = make_cooperative(cfg)
+    # A dynamic order's queue words follow the ring's barriers (full and empty per stage) and the schedule's.
+    item_order = make_item_order(cfg, first_word=2 * cfg.stages + schedule.n_barriers)
     return Roles(ring, producer, make_mainloop(cfg), make_epilogue(cfg), schedule, stamp, make_item_coords(cfg),
-                 make_item_order(cfg))
+                 item_order)
 
 
 def build_kernel_function(cfg: PipelineConfig):

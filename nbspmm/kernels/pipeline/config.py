@@ -19,7 +19,7 @@ SWIZZLE_NAME_OF_SPAN = {32: "32B", 64: "64B", 128: "128B"}
 SCHEDULES = ("cooperative", "pingpong", "stacked")
 COMBINES = ("atomic", "two_pass")
 EPILOGUES = ("registers", "tma")
-ITEM_ORDERS = ("strided", "planned")
+ITEM_ORDERS = ("strided", "planned", "dynamic")
 GATHERS = ("tma", "cp_async")
 
 # ---- hardware rules the configurations are derived from ----------------------------------------
@@ -147,7 +147,10 @@ class PipelineConfig:
     #   "planned": CTA c takes the items of its list in the kernel argument ``item_plan``, made on the host
     #              by handing the items in order to whichever CTA frees first, at a cost of its k-blocks
     #              (``schedules.planned_item_lists``): the items in flight stay consecutive, as a dynamic
-    #              scheduler keeps them, with no atomics and no hand-off between the roles.
+    #              scheduler keeps them, with no atomics and no hand-off between the roles;
+    #   "dynamic": the producer's issuing thread claims each next item from a counter (``item_plan``, one
+    #              int32) and hands it to the consumers through a queue in shared memory
+    #              (``item_queue``): the items in flight stay consecutive whatever the items' real times.
     item_order: str = "strided"
 
     def __post_init__(self):
@@ -177,8 +180,12 @@ class PipelineConfig:
             raise ValueError("the cp.async gather is the producer warpgroup's (warp-specialized, gathered B rows)")
         if self.item_order not in ITEM_ORDERS:
             raise ValueError(f"item_order must be one of {ITEM_ORDERS}; got {self.item_order!r}")
-        if self.item_order == "planned" and not self.persistent:
-            raise ValueError("planned item lists are the persistent schedule's (one CTA per SM looping over items)")
+        if self.item_order != "strided" and not self.persistent:
+            raise ValueError(f"the {self.item_order} item order is the persistent schedule's (one CTA per SM "
+                             f"looping over items)")
+        if self.item_order == "dynamic" and self.gather != "tma":
+            raise ValueError("the dynamic item order is claimed by the producer's one issuing thread: the TMA "
+                             "producer (not the cp.async gather, whose 128 threads each walk the items)")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}; got {self.epilogue!r}")
         if self.stacked:
@@ -223,6 +230,10 @@ class PipelineConfig:
     @property
     def shares_columns(self):      # every consumer warpgroup multiplies the whole B tile (no column split)
         return self.pingpong or self.stacked
+
+    @property
+    def item_queue_depth(self):    # items the dynamic order's producer may queue ahead: one a stage (it runs
+        return self.stages         # at most `stages` k-blocks ahead, so more items only over empty ones)
 
     @property
     def n_group(self):             # column tiles per rasterization group

@@ -4,7 +4,8 @@
 tiles (consecutive CTAs take the tiles of one unit, whose A tiles then hit L2).
 
 ``make_item_order(cfg)``: which items a CTA takes (``PipelineConfig.item_order``): strided (c, c + grid,
-...) or the CTA's list in ``item_plan``, which ``planned_item_lists`` makes on the host.
+...), the CTA's list in ``item_plan``, which ``planned_item_lists`` makes on the host, or claimed at run
+time from a counter and handed from the producer to the consumers (``item_queue``).
 
 Schedules (warp-specialized skeleton):
   cooperative  every consumer warpgroup works on every item, each on its own WG_N columns;
@@ -21,8 +22,9 @@ from typing import Callable, NamedTuple
 import numpy as np
 from numba import cuda
 
-from nbspmm.kernels.pipeline.config import BLOCK_M, PipelineConfig
+from nbspmm.kernels.pipeline.config import BLOCK_M, WARPGROUP, PipelineConfig
 from nbspmm.kernels.pipeline.inlining import device, role
+from nbspmm.kernels.pipeline.item_queue import claimed_item, last_claim, make_item_queue
 from nbspmm.kernels.pipeline.ring import make_turns
 
 
@@ -73,10 +75,92 @@ def planned_item_lists(item_blocks, n_ctas: int, overhead: float = ITEM_OVERHEAD
 
 class ItemOrder(NamedTuple):
     range: Callable        # (item_plan, n_items) -> (first, stop, step) of the CTA's loop index j
-    at: Callable           # (item_plan, j) -> the item
+    at: Callable           # (item_plan, j) -> the item (the static orders; the serial skeleton calls it)
+    n_words: int           # 64-bit words of the barrier array it needs after the schedule's (the queue)
+    init: Callable         # (bars): thread 0, before the ring's init (whose fence covers these)
+    start: Callable        # () -> a role's cursor before its first item
+    produce: Callable      # (item_plan, j, n_items, words, bars, cursor) -> (item, cursor): the producer's
+    consume: Callable      # (item_plan, j, words, bars, cursor) -> (item, cursor): the consumers'
+    done: Callable         # (item, n_items) -> whether the loop ends at this item (the dynamic end mark)
 
 
-def make_item_order(cfg: PipelineConfig) -> ItemOrder:
+def make_static_order(range_, at) -> ItemOrder:
+    """An order fixed before the launch: every role computes its j-th item itself, nothing is handed
+    over and no item ends the loop early (the cursor is unused)."""
+    @role
+    def no_queue(bars):
+        pass
+
+    @role
+    def start():
+        return 0
+
+    @role
+    def produce(item_plan, j, n_items, words, bars, cursor):
+        return at(item_plan, j), cursor
+
+    @role
+    def consume(item_plan, j, words, bars, cursor):
+        return at(item_plan, j), cursor
+
+    @role
+    def done(item, n_items):
+        return False
+
+    return ItemOrder(range_, at, 0, no_queue, start, produce, consume, done)
+
+
+def make_dynamic_order(cfg: PipelineConfig, first_word: int) -> ItemOrder:
+    """Items claimed at run time by the producer's issuing thread and handed to the consumers through
+    an item queue (``item_queue``: the counter, the queue and the end mark). The next claim is issued as
+    soon as the current item is queued, so its latency passes while the item's loads are issued."""
+    queue = make_item_queue(cfg.item_queue_depth, cfg.consumer_wgs * WARPGROUP, first_word)
+    put, take, advance = queue.put, queue.take, queue.advance
+
+    @role
+    def dynamic_range(item_plan, n_items):
+        return 0, n_items + 1, 1            # at most every item, then the end mark
+
+    @role
+    def unused_at(item_plan, j):
+        return j
+
+    @role
+    def start():
+        return 0, 0, 0                      # queue slot, its parity, the item claimed next
+
+    @role
+    def produce(item_plan, j, n_items, words, bars, cursor):
+        q, phase, claimed = cursor
+        item = cuda.blockIdx.x if j == 0 else claimed
+        put(words, bars, q, phase, item)
+        if item < n_items:
+            claim = cuda.atomic.add(item_plan, 0, 1)
+            if last_claim(claim, n_items):  # no claim follows in this launch: reset for the next one
+                item_plan[0] = 0
+            claimed = claimed_item(claim, cuda.gridDim.x)
+        q, phase = advance(q, phase)
+        return item, (q, phase, claimed)
+
+    @role
+    def consume(item_plan, j, words, bars, cursor):
+        q, phase, claimed = cursor
+        item = take(words, bars, q, phase)
+        q, phase = advance(q, phase)
+        return item, (q, phase, claimed)
+
+    @role
+    def done(item, n_items):
+        return item >= n_items
+
+    return ItemOrder(dynamic_range, unused_at, queue.n_words, queue.init, start, produce, consume, done)
+
+
+def make_item_order(cfg: PipelineConfig, first_word: int = 0) -> ItemOrder:
+    """The configuration's item order; `first_word`: where in the kernel's barrier array the words of a
+    dynamic order's queue start (after the ring's and the schedule's barriers)."""
+    if cfg.item_order == "dynamic":
+        return make_dynamic_order(cfg, first_word)
     if cfg.item_order == "planned":
         @device
         def planned_range(item_plan, n_items):
@@ -87,7 +171,7 @@ def make_item_order(cfg: PipelineConfig) -> ItemOrder:
         def planned_at(item_plan, j):
             return item_plan[cuda.gridDim.x + 1 + j]
 
-        return ItemOrder(planned_range, planned_at)
+        return make_static_order(planned_range, planned_at)
 
     @device
     def strided_range(item_plan, n_items):
@@ -97,7 +181,7 @@ def make_item_order(cfg: PipelineConfig) -> ItemOrder:
     def strided_at(item_plan, j):
         return j
 
-    return ItemOrder(strided_range, strided_at)
+    return make_static_order(strided_range, strided_at)
 
 
 class Schedule(NamedTuple):

@@ -5,7 +5,9 @@ The skeleton owns the ring (its barriers and both positions), the item loop of e
 register split (setmaxnreg: the producer warpgroup gives registers to the consumers). What it calls is
 chosen when the kernel is built: the producer (``producers``: TMA or cp.async gather), the mainloop
 (``mainloops``: normal or swapped), the epilogue (``epilogues``), the schedule (``schedules``:
-cooperative or ping-pong) and the timeline stamp (``probes``).
+cooperative, ping-pong or stacked), the item order (``schedules.make_item_order``: each role computes
+its items, or the producer claims them and hands them over, ``item_queue``) and the timeline stamp
+(``probes``).
 """
 from __future__ import annotations
 
@@ -26,19 +28,24 @@ def make_consumer(cfg: PipelineConfig, roles):
     finish_item, columns, first_row = roles.schedule.finish_item, roles.schedule.columns, roles.schedule.first_row
     zero_acc, multiply = roles.mainloop.zero, roles.mainloop.multiply
     store, consumer_fence, stamp, item_coords = roles.epilogue.store, roles.producer.consumer_fence, roles.stamp, roles.item_coords
-    item_range, item_at = roles.item_order.range, roles.item_order.at
+    item_range, item_start, item_take, item_done = (roles.item_order.range, roles.item_order.start,
+                                                     roles.item_order.consume, roles.item_order.done)
     TILE_N, UNIT_ROWS = cfg.tile_n, cfg.unit_rows
 
     @role
     def consume(tid, g, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
-                partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan):
+                partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan, bar_words):
         stage, phase = 0, 0                 # consumer ring position
         recorder = tid % WARPGROUP == 0     # the thread that stamps this warpgroup's timeline
         slot = 0
         turn = 0                            # ping-pong: this CTA's item count, whose turn it is
+        cursor = item_start()
         first, stop, step = item_range(item_plan, n_items)
         for j in range(first, stop, step):
-            p, t = item_coords(item_at(item_plan, j), n_plan, n_tiles_n)
+            item, cursor = item_take(item_plan, j, bar_words, bars, cursor)
+            if item_done(item, n_items):
+                break
+            p, t = item_coords(item, n_plan, n_tiles_n)
             begin = begins[p]
             n_blocks = ends[p] - begin
             n0 = t * TILE_N
@@ -91,10 +98,13 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
     issues, setup, load_item = roles.producer.issues, roles.producer.setup, roles.producer.load_item
     acquire_maps, acquire_c_map, finish = roles.producer.acquire_maps, roles.epilogue.acquire_map, roles.epilogue.finish
     turns_init, item_coords = roles.schedule.init, roles.item_coords
-    item_range, item_at = roles.item_order.range, roles.item_order.at
+    item_range, item_start, item_claim, item_done, queue_init = (roles.item_order.range, roles.item_order.start,
+                                                                 roles.item_order.produce, roles.item_order.done,
+                                                                 roles.item_order.init)
     consume = make_consumer(cfg, roles)
     N_RING_BARRIERS = 2 * cfg.stages               # full[0..S) then empty[0..S)
-    N_BARRIERS = N_RING_BARRIERS + roles.schedule.n_barriers
+    # Then the schedule's barriers, then the words of a dynamic item order's queue (none for the others).
+    N_BARRIERS = N_RING_BARRIERS + roles.schedule.n_barriers + roles.item_order.n_words
     PRODUCER_WG = cfg.consumer_wgs                 # the last warpgroup produces (consumers are 0 .. wgs-1)
     PRODUCER_NREGS, CONSUMER_NREGS = cfg.producer_regs, cfg.consumer_regs
 
@@ -117,6 +127,7 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
 
         if tid == 0:
             turns_init(turns)                     # before ring_init: its fence covers these too
+            queue_init(bars)
             ring_init(bars)
             acquire_maps(a_map_addr, b_map_addr)
             acquire_c_map(c_map_addr)
@@ -127,15 +138,19 @@ def build_warp_specialized(cfg: PipelineConfig, roles):
             if issues(tid):
                 ctx = setup(tid, b_words)
                 stage, phase, slot = 0, 0, 0
+                cursor = item_start()
                 first, stop, step = item_range(item_plan, n_items)
                 for j in range(first, stop, step):
-                    p, t = item_coords(item_at(item_plan, j), n_plan, n_tiles_n)
+                    item, cursor = item_claim(item_plan, j, n_items, bar_words, bars, cursor)
+                    if item_done(item, n_items):
+                        break
+                    p, t = item_coords(item, n_plan, n_tiles_n)
                     stage, phase, slot = load_item(ctx, bars, stage, phase, slot, smem_base, a_map_addr, b_map_addr,
                                                    col_index, begins, ends, stamps, p, t, K)
         else:
             setmaxnreg_inc(CONSUMER_NREGS)
             consume(tid, wg, lane, bars, turns, smem_base, rows, begins, ends, shared, C, out_rows, stamps, partials,
-                    partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan)
+                    partial_slot, c_map_addr, n_plan, n_items, n_tiles_n, item_plan, bar_words)
             finish(tid % WARPGROUP)
 
     return kernel
