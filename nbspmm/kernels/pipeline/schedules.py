@@ -127,7 +127,7 @@ def make_dynamic_order(cfg: PipelineConfig, first_word: int) -> ItemOrder:
 
     @role
     def start():
-        return 0, 0, 0                      # queue slot, its parity, the item claimed next
+        return 0, 0, 0                      # queue slot, its parity, the producer's next claimed item
 
     @role
     def produce(item_plan, j, n_items, words, bars, cursor):
