@@ -633,7 +633,7 @@ def part_raster(timer) -> list[dict]:
     return rows
 
 
-BALANCE_LAYERS = ("down", "gate")
+BALANCE_LAYERS = ("down", "gate", "k")
 
 
 def part_balance(timer) -> list[dict]:
