@@ -351,18 +351,25 @@ def part_replay(timer) -> list[dict]:
 # (unroll 8 at 3 blocks per SM: 80 registers, no spills, 8 loads before the first FFMA; at 16 ptxas no
 # longer unrolls the group: 24 FFMAs for 16 × 4 products, so it is not tried.)
 SMALL_ROWS_CONFIGS = ({}, {"unroll": 8, "min_blocks_per_sm": 3})
+# The segment kernel there: a few thousand rows make a few hundred segments of SEGMENT_PIECES pieces, too
+# few lane groups for 132 SMs, each a long chain; shorter segments give more groups (more split rows).
+SMALL_SEGMENT_PIECES = (16, 4, 1)
 SMALL_MATRICES = REPLAY_MATRICES + ("pubmed",)
 
 
 def part_small(timer) -> list[dict]:
-    """The row kernel's group length (SMALL_ROWS_CONFIGS) on the smallest real matrices, N = 128, fp32 C."""
+    """The row kernel's group length (SMALL_ROWS_CONFIGS) and the segment kernel's segment length
+    (SMALL_SEGMENT_PIECES) on the smallest real matrices, N = 128, fp32 C."""
     rows = []
     for name in SMALL_MATRICES:
         case = Case(f"{name}/N={REPLAY_N}", datasets.load(name).matrix, REPLAY_N)
         rows.append(time_cusparse(case, timer))
         for config in SMALL_ROWS_CONFIGS:
             rows.append(time_operator(case, timer, format="csr", **config))
-    print_rows("CSR row kernel: group length on the small real matrices (cuSPARSE for scale)", rows)
+        for pieces in SMALL_SEGMENT_PIECES:
+            rows.append(time_operator(case, timer, format="csr", kernel="segments", segment_pieces=pieces))
+    print_rows("CSR row and segment kernels: group and segment length on the small real matrices "
+               "(cuSPARSE for scale)", rows)
     return rows
 
 
