@@ -3,7 +3,7 @@
 (that is ``python -m nbspmm bench``); this times nbspmm's own configurations against each other.
 
     python scripts/tune.py --out DIR [bcsr] [raster] [skew] [llm] [wcsr] [rows] [segments] [host] [epilogue] [block32]
-                                     [stacked] [balance] [cp_async] [replay] [small]
+                                     [stacked] [stacked_options] [balance] [cp_async] [replay] [small]
 
   bcsr   16384² × 8192 at 90% block sparsity (64 × 64 blocks, fp16): the v4 / wide / pingpong tiles,
          and v4 on 64 × 128 blocks at the same sparsity, each also as a loads-only probe
@@ -33,12 +33,14 @@
   raster the Qwen2.5-7B layers at 64K tokens in the nn.Linear orientation (op.linear, fp16 Y): the
          rasterization group (``group_columns``, tokens per group) swept; the B slice a group walks is
          K x group_columns (38.8 MB for down at 1024 tokens, 7.3 MB for q);
-  balance   Y = X Wᵀ at 64K tokens for down and gate: the kept 10% of 64 × 64 blocks at random positions
+  balance   Y = X Wᵀ at 64K tokens for down, gate and k: the kept 10% of 64 × 64 blocks at random positions
          (also with ``item_order="planned"`` and ``"dynamic"``) against the same count in every block row
          (``per_row``: equal items, so the persistent CTAs do not drift apart and keep sharing the X tiles in L2);
   stacked   128 × 64 blocks (the stacked schedule) against the same matrices in 64 × 64
          blocks: 16384² × 8192 at 90% (fp16 / fp32 C, with the loads-only probe) and Y = X Wᵀ per Qwen
          layer (q, k, gate, down) at 64K tokens;
+  stacked_options  the 16384² × 8192 case with 128 × 64 blocks, fp16 C: the item order claimed at run time
+         and the rasterization group (STACKED_OPTIONS);
   host   Python time per product: op(B, out=C) with torch and numba buffers, a bound product replayed as
          a CUDA graph and the same kernels launched one by one.
   replay the smallest real matrices (REPLAY_MATRICES), N = 128, fp32 C, format="auto": a bound product
@@ -48,7 +50,8 @@
          graph (the H200 trace left the GPU idle 2.2-3.1 µs between replays, 1.0-1.2 µs between cuSPARSE's
          launches).
   small  the CSR row kernel's group length (``unroll``: nonzeros whose B rows are in flight together,
-         with the register budget it needs) on the same matrices and pubmed, cuSPARSE (torch) for scale.
+         with the register budget it needs) and the segment kernel's segment length (``segment_pieces``)
+         on the same matrices and pubmed, cuSPARSE (torch) for scale.
 
 Every configuration's result is checked against scipy in float64 (on a subset of columns for the large
 cases) before it is timed. GPU times: CUDA events around back-to-back bound products after a sleep
@@ -608,6 +611,30 @@ def part_stacked(timer) -> list[dict]:
     return rows
 
 
+# What might close the last 5% to 600 TFLOP/s with 128 x 64 blocks (16384² x 8192, 90%, fp16 C): the
+# items claimed at run time (random block rows are unequal items, as down's), and the rasterization
+# group (B's slice per group: 16384 x group_columns fp16 = 16 MB at 512, 32 MB at 1024, 64 MB at 2048).
+STACKED_OPTIONS = ({}, {"item_order": "dynamic"}, {"group_columns": 512}, {"group_columns": 2048},
+                   {"item_order": "dynamic", "group_columns": 512})
+
+
+def part_stacked_options(timer) -> list[dict]:
+    """128 x 64 blocks, 16384² x 8192 at 90%, fp16 C: the stacked v4-tma kernel's options (STACKED_OPTIONS)."""
+    m = k = 16384
+    n = 8192
+    case = Case(f"bs90-{m}x{k}-128x64", suites.block_sparse(m, k, 0.9, seed=0, block_shape=STACKED_BLOCK).tocsr(), n)
+    rows = []
+    for options in STACKED_OPTIONS:
+        row = time_operator(case, timer, out_dtype="float16", format="bcsr", kernel="v4-tma",
+                            block_shape=STACKED_BLOCK, **options)
+        if row["status"] == "ok":
+            row["tflops_useful"] = 2.0 * case.A.nnz * n / (median_us(row) * 1e-6) / 1e12
+        rows.append(row)
+    print_rows("128 x 64 blocks (stacked), fp16 C: item order and rasterization group", rows,
+               lambda r: f"  {r['tflops_useful']:.0f} TFLOP/s" if r.get("tflops_useful") else "")
+    return rows
+
+
 RASTER_LAYERS = ("down", "q", "k", "gate")
 RASTER_TOKENS = 65536
 RASTER_GROUPS = (256, 512, 768, 1024, 2048)       # tokens per rasterization group (multiples of the 256-wide tile)
@@ -664,7 +691,7 @@ def part_balance(timer) -> list[dict]:
 
 PARTS = {"bcsr": part_bcsr, "raster": part_raster, "skew": part_skew, "llm": part_llm, "wcsr": part_wcsr, "rows": part_rows,
          "segments": part_segments, "host": part_host, "epilogue": part_epilogue, "block32": part_block32,
-         "stacked": part_stacked, "balance": part_balance, "cp_async": part_cp_async,
+         "stacked": part_stacked, "stacked_options": part_stacked_options, "balance": part_balance, "cp_async": part_cp_async,
          "replay": part_replay, "small": part_small}
 
 
