@@ -102,6 +102,7 @@ NBSPMM_FORMATS = {
     "csr-async-ca": {"format": "csr", "kernel": "segments", "loads": "cp_async", "cache_operator": "ca"},  # + L1
     "wcsr16": {"format": "wcsr", "window_rows": 16},      # 16-row windows: for wcsr16:swapped
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
+    "auto-reorder": {"format": "auto", "reorder": "auto"},  # ... with reorder="auto" (RCM where it pays)
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
     "csr-rcm": {"format": "csr", "reorder": "rcm"},       # rows walked in RCM order (formats.reorder)
     "wcsr-rcm": {"format": "wcsr", "reorder": "rcm"},     # windows built over the RCM order, rows mapped back
@@ -114,7 +115,7 @@ LINEAR_FORMATS = ("bcsr-linear",)
 NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
                   "csr-async-ca": "wcsr",
                   "wcsr16": "wcsr",
-                  "auto": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
+                  "auto": "wcsr", "auto-reorder": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NBSPMM_OUT_DTYPE = "float32"
 # Output suffix of a kernel name: "bcsr:pingpong@in" writes C in the input dtype (what cuBLAS writes,
