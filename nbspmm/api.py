@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import formats
-from nbspmm.choose import choose_format, routing_threshold
+from nbspmm.choose import CANDIDATE, ROW_ORDER_CANDIDATES, choose_format, routing_threshold
 from nbspmm import memory, nonfinite as nonfinite_values
 from nbspmm.device import require_hopper
 from nbspmm.kernels import bcsr as bcsr_kernels, registry, routed   # kernel modules compile nothing on import
@@ -113,9 +113,11 @@ def _check_reorder(fmt: str, reorder) -> None:
 
 
 def _reorder_note(reorder: str, choice, order) -> str:
-    if order is None:
-        return (f"reorder={reorder!r}: not applied, format {choice.format} is not ordered by format='auto' "
-                f"(only {' / '.join(_auto_row_order_formats())} is)")
+    """What became of the row order format="auto" computed (`order`, a formats.reorder.RowOrder)."""
+    if order.applied and not choice.row_ordered:
+        return (f"reorder={reorder!r}: {order.method} would gather {order.gain:.2f}x fewer B rows, but not applied: "
+                f"{choice.candidate} on A as given is predicted faster than the kernels that take a row order "
+                f"({', '.join(sorted(choice.ordered_candidates))}) on A in it")
     return f"reorder={reorder!r}: {order.describe()}"
 
 
@@ -125,6 +127,14 @@ def _default_kernel(format_name: str, sparse, out_kind: str) -> str:
     if format_name == "bcsr":
         return bcsr_kernels.default_variant(sparse.block_shape, out_kind)
     return next(iter(KERNELS[format_name]))
+
+
+def _build_in_row_order(A, fmt: str, dtype, window_rows, tile_cols, order):
+    """A CSR or WCSR of A with its rows in ``order`` (a formats.reorder.RowOrder) where it was applied."""
+    rows = order.rows if order is not None and order.applied else None
+    if fmt == "wcsr":
+        return formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype, row_order=rows)
+    return formats.CSR.from_scipy(A, dtype=dtype, row_order=rows)
 
 
 def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_cols=None, reorder=None, kernel=None):
@@ -152,27 +162,29 @@ def _build_format(A, fmt: str, dtype, block_shape, window_rows, tile_cols, n_col
         if sp.issparse(A) and reorder is not None:
             formats.check_sparse_input(A)     # before the ordering reads A's indices
         order = formats.reorder.choose_row_order(A, reorder) if reorder is not None else None
-        rows = order.rows if order is not None and order.applied else None
-        if fmt == "wcsr":
-            built = formats.WCSR.from_scipy(A, window_rows=window_rows, tile_cols=tile_cols, dtype=dtype,
-                                            row_order=rows)
-        else:
-            built = formats.CSR.from_scipy(A, dtype=dtype, row_order=rows)
-        return fmt, built, None, order
+        return fmt, _build_in_row_order(A, fmt, dtype, window_rows, tile_cols, order), None, order
     if fmt == "auto":   # the cost model's pick (nbspmm.choose), built with the shapes it was fitted for
         if sp.issparse(A):
             formats.check_sparse_input(A)     # before the counts read A's indices
-        # An explicit ordering limits the pick to the formats that take one; "auto" orders only those.
+        # The kernels that take a row order are predicted on A in that order, the others on A as given; an
+        # explicit ordering limits the pick to the former. "auto" orders only where RCM pays (formats.reorder).
         explicit = reorder is not None and reorder != formats.reorder.AUTO
-        ordered = _auto_row_order_formats()
-        choice = choose_format(A, n_cols=n_cols, dtype=dtype, allowed_formats=ordered if explicit else None)
+        order = formats.reorder.choose_row_order(A, reorder) if reorder is not None else None
+        applied = order is not None and order.applied
+        ordered = [c for c in ROW_ORDER_CANDIDATES if CANDIDATE[c].format in _auto_row_order_formats()]
+        choice = choose_format(A, n_cols=n_cols, dtype=dtype, row_order=order.rows if applied else None,
+                               ordered_candidates=ordered, ordered_only=explicit)
         shapes = {"block_shape": block_shape, "window_rows": window_rows, "tile_cols": tile_cols,
                   **choice.build_options}
-        chosen_reorder = reorder if choice.format in ordered else None
-        name, built, _, order = _build_format(A, choice.format, dtype, **shapes, reorder=chosen_reorder)
-        if reorder is not None:
-            choice = dataclasses.replace(choice, notes=choice.notes + (_reorder_note(reorder, choice, order),))
-        return name, built, choice, order
+        if choice.row_ordered:
+            name, built = choice.format, _build_in_row_order(A, choice.format, dtype, shapes["window_rows"],
+                                                             shapes["tile_cols"], order)
+        else:
+            name, built, _, _ = _build_format(A, choice.format, dtype, **shapes)
+        if reorder is None:
+            return name, built, choice, None
+        choice = dataclasses.replace(choice, notes=choice.notes + (_reorder_note(reorder, choice, order),))
+        return name, built, choice, order if choice.row_ordered or not applied else None
     raise ValueError(f"format must be one of 'auto', {', '.join(map(repr, FORMATS))}; got {fmt!r}")
 
 
@@ -194,10 +206,12 @@ class SpMMOperator:
     ``reorder``: None (A's row order) | "rcm" | "degree" | "auto" (``formats.reorder``) — the order the
     CSR kernels walk A's rows in, or the WCSR windows are built over, so that rows sharing columns are
     gathered together; C still comes back in A's row order (each stored row is written to its own row of
-    C: no extra pass). With format="auto", "rcm" or "degree" limit the pick to the formats that take a
-    row order (``ROW_ORDER_FORMATS``), and "auto" applies RCM only where the pick is one of them and RCM
-    at least halves the B rows its 64-row windows gather. ``op.row_order`` is the ``RowOrder`` (what it
-    bought, and its host time) or None; BCSR takes no row order (its TMA stores write whole tiles).
+    C: no extra pass). With format="auto" the kernels that take a row order (``choose.ROW_ORDER_CANDIDATES``:
+    WCSR ws and the CSR kernels) are predicted on A in that order, the others (BCSR, swapped WCSR: they
+    write whole tiles) on A as given, and the fastest is built in its order: "rcm" or "degree" limit the
+    pick to the former; "auto" orders by RCM only where it at least halves the B rows the 64-row windows
+    gather. The model sees the order through WCSR's tiles only (it has no L2-locality feature for the
+    CSR kernels). ``op.row_order`` is the ``RowOrder`` (what it bought, and its host time) or None.
 
     Threads: an operator is not thread-safe. Its caches (bound products, B tensor maps, per-N buffers)
     are unlocked, and the split-partials buffer is shared by every product of one N: use one operator

@@ -161,20 +161,24 @@ class Candidate:
     build_options: dict              # what the format builder takes (block_shape / window_rows / tile_cols)
     features: Callable[[Counts, int], dict[str, float]] = field(repr=False)
     selectable: bool = True          # False: reported only (no operator path)
+    takes_row_order: bool = False    # its kernel walks A's rows in a row order (formats.reorder) and maps C's rows back
 
 
 CANDIDATES = (
     Candidate("bcsr", "bcsr", "v4-tma", {"block_shape": BCSR_BLOCK}, _bcsr_features),
     Candidate("bcsr-v4", "bcsr", "v4", {"block_shape": BCSR_BLOCK}, _bcsr_features),
     Candidate("wcsr", "wcsr", "ws", {"window_rows": WCSR_WINDOW_ROWS, "tile_cols": TILE_COLS},
-              _tile_features(lambda c: c.wcsr_tiles, WCSR_WINDOW_ROWS)),
+              _tile_features(lambda c: c.wcsr_tiles, WCSR_WINDOW_ROWS), takes_row_order=True),
     Candidate("swapped", "wcsr", "swapped", {"window_rows": SWAPPED_WINDOW_ROWS, "tile_cols": TILE_COLS},
               _tile_features(lambda c: c.swapped_tiles, SWAPPED_WINDOW_ROWS)),
-    Candidate("csr-rows", "csr", "rows", {}, _rows_features),
-    Candidate("csr-segments", "csr", "segments", {}, _segments_features),
+    Candidate("csr-rows", "csr", "rows", {}, _rows_features, takes_row_order=True),
+    Candidate("csr-segments", "csr", "segments", {}, _segments_features, takes_row_order=True),
     Candidate("dense", "dense", "cublas", {}, _dense_features, selectable=False),
 )
 CANDIDATE = {c.name: c for c in CANDIDATES}
+# The swapped WCSR kernel writes C transposed from whole windows and BCSR through whole 64-row tiles: neither
+# maps rows back, so neither is predicted or built on a row order.
+ROW_ORDER_CANDIDATES = frozenset(c.name for c in CANDIDATES if c.takes_row_order)
 
 
 def predict_us(model: dict, candidate: Candidate, counts: Counts, n_cols: int) -> float | None:
@@ -223,6 +227,13 @@ class Choice:
     n_cols: int
     dtype: str
     notes: tuple[str, ...] = ()
+    ordered_counts: Counts | None = None   # the counts of A in the row order the ordered candidates were predicted on
+    ordered_candidates: frozenset = frozenset()   # those candidates (empty: no row order was given)
+
+    @property
+    def row_ordered(self) -> bool:
+        """Whether the pick was predicted on A in the given row order (so it is to be built in that order)."""
+        return self.candidate in self.ordered_candidates
 
     @property
     def options(self) -> dict:
@@ -235,13 +246,17 @@ class Choice:
         lines = [f"A {c.m} x {c.k}, {c.nnz} nonzeros, N = {self.n_cols}{estimated}: "
                  f"{c.bcsr_blocks:.0f} BCSR 64x64 blocks ({c.nnz / max(c.bcsr_blocks, 1):.1f} nnz each), "
                  f"{c.wcsr_tiles:.0f} WCSR 64x16 tiles ({c.nnz / max(c.wcsr_tiles * 1024, 1):.1%} full), "
-                 f"{c.swapped_tiles:.0f} 16x16 tiles, longest row {c.max_row_nnz}",
-                 "predicted time per candidate (H200 cost model):"]
+                 f"{c.swapped_tiles:.0f} 16x16 tiles, longest row {c.max_row_nnz}"]
+        if self.ordered_counts is not None:
+            lines.append(f"in the row order: {self.ordered_counts.wcsr_tiles:.0f} WCSR 64x16 tiles; "
+                         f"{', '.join(sorted(self.ordered_candidates))} predicted on it (marked 'ordered')")
+        lines.append("predicted time per candidate (H200 cost model):")
         for name, us in sorted(self.predicted_us.items(), key=lambda item: item[1]):
             cand = CANDIDATE[name]
             mark = "->" if name == self.candidate else "  "
             extra = "" if cand.selectable else "  (reported only: the operator has no dense path)"
             extra = "  (experimental: not chosen)" if name in experimental_candidates() else extra
+            extra = f"{extra}  (ordered)" if name in self.ordered_candidates else extra
             lines.append(f"  {mark} {name:9s} format={cand.format}, kernel={cand.kernel}: {us:10.1f} µs{extra}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -256,21 +271,34 @@ def experimental_candidates() -> set[str]:
 
 
 def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | None = None,
-                  allowed_formats: tuple[str, ...] | None = None) -> Choice:
+                  allowed_formats: tuple[str, ...] | None = None, row_order=None,
+                  ordered_candidates=ROW_ORDER_CANDIDATES, ordered_only: bool = False) -> Choice:
     """The fastest kernel for ``A @ B`` with B of ``n_cols`` columns, by the fitted cost model (CPU only).
-    ``allowed_formats`` (e.g. ("csr",): the formats that take a row order) limits the pick; every
-    candidate is still predicted and explained."""
+    ``allowed_formats`` limits the pick; every candidate is still predicted and explained.
+
+    ``row_order`` (int [M], a permutation: ``formats.reorder``): the `ordered_candidates` (of those that
+    take a row order, ROW_ORDER_CANDIDATES) are predicted on the counts of A with its rows in that order,
+    the others on A as given; ``ordered_only`` limits the pick to the ordered ones (an explicit reorder).
+    ``Choice.row_ordered`` says whether the pick is to be built in the order."""
     n_cols = DEFAULT_N_COLS if n_cols is None else int(n_cols)
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1; got {n_cols}")
     model = load_model() if model is None else model
     counts = count_structure(A)
-    predicted = {c.name: t for c in CANDIDATES if (t := predict_us(model, c, counts, n_cols)) is not None}
+    ordered_counts, ordered = None, frozenset()
+    if row_order is not None:
+        A_csr = A if sp.issparse(A) else sp.csr_array(A)
+        ordered_counts = count_structure(sp.csr_array(A_csr)[np.asarray(row_order)])
+        ordered = frozenset(ordered_candidates) & ROW_ORDER_CANDIDATES
+    predicted = {c.name: t for c in CANDIDATES
+                 if (t := predict_us(model, c, ordered_counts if c.name in ordered else counts, n_cols)) is not None}
     experimental = experimental_candidates()
     selectable = [name for name in predicted if CANDIDATE[name].selectable and name not in experimental
-                  and (allowed_formats is None or CANDIDATE[name].format in allowed_formats)]
+                  and (allowed_formats is None or CANDIDATE[name].format in allowed_formats)
+                  and (not ordered_only or name in ordered)]
     if not selectable:
-        raise ValueError(f"no candidate of the formats {allowed_formats} is in the cost model")
+        limits = f"the formats {allowed_formats}" if allowed_formats is not None else "the candidates asked for"
+        raise ValueError(f"no candidate of {limits} is in the cost model")
     best = min(selectable, key=predicted.__getitem__)
     notes = [f"{name} is not in the cost model (no recorded H200 times)"
              for name in CANDIDATE if name not in predicted]
@@ -279,10 +307,12 @@ def choose_format(A, n_cols: int | None = None, dtype=np.float16, model: dict | 
               if name in predicted and predicted[name] < predicted[best]]
     if allowed_formats is not None:
         notes.append(f"the pick is limited to format {' / '.join(allowed_formats)}")
+    if ordered_only:
+        notes.append(f"the pick is limited to the kernels that take a row order: {', '.join(sorted(ordered))}")
     fastest = min(predicted, key=predicted.__getitem__)
     if not CANDIDATE[fastest].selectable:
         notes.append(f"dense cuBLAS is predicted faster ({predicted[fastest]:.1f} vs {predicted[best]:.1f} µs): "
                      f"torch.matmul on A.toarray() may pay here")
     cand = CANDIDATE[best]
     return Choice(cand.format, cand.kernel, dict(cand.build_options), best, predicted, counts, n_cols,
-                  np.dtype(dtype).name, tuple(notes))
+                  np.dtype(dtype).name, tuple(notes), ordered_counts, ordered)

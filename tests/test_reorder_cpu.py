@@ -6,6 +6,8 @@ real ``prepare`` functions (the device copies faked), send every stored row's su
 C, walked as the kernels walk them."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -13,7 +15,7 @@ import scipy.sparse as sp
 import formats
 from formats import reorder
 from formats.segments import matmul_plan, segment_plan
-from nbspmm import api
+from nbspmm import api, choose
 from nbspmm.kernels import rows, segments
 from tests.host_fakes import fake_gpu
 
@@ -194,16 +196,74 @@ def test_operator_reorders_the_csr_kernels(monkeypatch):
 def test_auto_format_with_reorder(monkeypatch):
     fake_gpu(monkeypatch)
     P = hidden(band(4096, 8))
-    explicit = api.SpMMOperator(P, reorder="degree")              # the pick limited to the CSR kernels
-    assert explicit.format_name == "csr" and "limited to format csr" in explicit.choice.explain()
-    assert "reorder='degree'" in explicit.choice.explain()
+    explicit = api.SpMMOperator(P, reorder="degree")              # the pick limited to the ordered kernels
+    assert explicit.choice.candidate in choose.ROW_ORDER_CANDIDATES and explicit.choice.row_ordered
+    assert "limited to the kernels that take a row order" in explicit.choice.explain()
+    assert "reorder='degree'" in explicit.choice.explain() and explicit.sparse.row_order is not None
     auto = api.SpMMOperator(P, reorder="auto")
-    if auto.format_name in api._auto_row_order_formats():
-        assert auto.row_order.applied and "reorder='auto': rcm" in auto.choice.explain()
+    if auto.choice.row_ordered:
+        assert auto.row_order.applied and auto.sparse.row_order is not None
+        assert "reorder='auto': rcm" in auto.choice.explain()
     else:
-        assert auto.row_order is None and "is not ordered by format='auto'" in auto.choice.explain()
+        assert auto.row_order is None and "but not applied" in auto.choice.explain()
     natural = api.SpMMOperator(band(4096, 8), format="csr", reorder="auto")
     assert not natural.row_order.applied and natural.sparse.row_order is None
+
+
+def test_auto_predicts_the_ordered_kernels_on_a_in_the_order():
+    """With a row order, the kernels that take one are predicted on A's counts in that order (the hidden
+    band's WCSR tiles come back to the band's), the others on A as given."""
+    A = hidden(band(4096, 8))
+    order = reorder.choose_row_order(A, "rcm")
+    natural = choose.choose_format(A)
+    ordered = choose.choose_format(A, row_order=order.rows)
+    assert ordered.ordered_counts.wcsr_tiles < natural.counts.wcsr_tiles / 4
+    model = choose.load_model()
+    for name, us in ordered.predicted_us.items():
+        counts = ordered.ordered_counts if name in choose.ROW_ORDER_CANDIDATES else natural.counts
+        assert us == pytest.approx(choose.predict_us(model, choose.CANDIDATE[name], counts, 128))
+    # WCSR's tiles follow the order; the CSR kernels' features (nonzeros, pieces, the longest row) do not:
+    # the model has no L2-locality feature, so it predicts them alike in either order.
+    assert ordered.predicted_us["wcsr"] < natural.predicted_us["wcsr"] / 2
+    assert ordered.predicted_us["csr-rows"] == pytest.approx(natural.predicted_us["csr-rows"])
+    assert ordered.row_ordered == (ordered.candidate in choose.ROW_ORDER_CANDIDATES)
+    assert "(ordered)" in ordered.explain() and "in the row order" in ordered.explain()
+    assert not natural.row_ordered and natural.ordered_counts is None
+
+
+def _model_preferring(name: str) -> dict:
+    """The shipped cost model with candidate `name` made nearly free (a constant of 0.01 µs)."""
+    model = json.loads(json.dumps(choose.load_model()))
+    model["kernels"][name]["coefficients"] = {"launch": 0.01}
+    return model
+
+
+def test_auto_never_builds_a_row_order_for_kernels_that_cannot_take_one(monkeypatch):
+    """The swapped WCSR kernel and BCSR write whole tiles: a reorder may not hand them an ordered format
+    (its prepare would refuse it). With swapped the cheapest, reorder='auto' keeps A's order and says why;
+    an explicit reorder picks the fastest kernel that takes one."""
+    fake_gpu(monkeypatch)
+    model = _model_preferring("swapped")
+    monkeypatch.setattr(choose, "load_model", lambda path=None: model)
+    P = hidden(band(4096, 8))
+    auto = api.SpMMOperator(P, reorder="auto")
+    assert auto.choice.candidate == "swapped" and not auto.choice.row_ordered
+    assert auto.row_order is None and auto.sparse.row_order is None
+    assert "but not applied: swapped on A as given is predicted faster" in auto.choice.explain()
+    explicit = api.SpMMOperator(P, reorder="rcm")
+    assert explicit.choice.candidate in choose.ROW_ORDER_CANDIDATES and explicit.sparse.row_order is not None
+    assert explicit.row_order.applied
+
+
+def test_auto_builds_the_wcsr_in_the_order_it_was_predicted_on(monkeypatch):
+    fake_gpu(monkeypatch)
+    model = _model_preferring("wcsr")
+    monkeypatch.setattr(choose, "load_model", lambda path=None: model)
+    P = hidden(band(4096, 8))
+    op = api.SpMMOperator(P, reorder="auto")
+    assert op.format_name == "wcsr" and op.choice.row_ordered and op.row_order.applied
+    assert np.array_equal(op.sparse.row_order, op.row_order.rows)
+    assert op.choice.ordered_counts.wcsr_tiles == pytest.approx(op.sparse.tiles.shape[0])
 
 
 def test_check_finite_names_the_entry_of_a_in_a_row_order(monkeypatch):
