@@ -286,7 +286,7 @@ def part_host(timer) -> list[dict]:
         Bn = cuda.to_device(np.random.default_rng(0).standard_normal((K, 128)).astype(np.float16))
         Cn = cuda.device_array((M, 128), np.float32)
         bound = op.bind(Bt, Ct)
-        kernels = bound.n_kernels
+        kernels = bound.product.n_kernels
         paths = {"op(B, out=C) torch": lambda: op(Bt, out=Ct), "op(B, out=C) numba": lambda: op(Bn, out=Cn),
                  "op.bind(B, C)() graph": bound, "op.bind(B, C).launch_each()": bound.launch_each,
                  "op(B) numba, new C": lambda: op(Bn)}
@@ -334,7 +334,7 @@ def part_replay(timer) -> list[dict]:
             got = C[0][:, case.columns_device].double().cpu().numpy()
             err = rel_error(got, case.reference)
             row = {"case": name, "N": REPLAY_N, "options": {"path": path}, "out_dtype": "float32",
-                   "kernel": op.kernel, "kernels": bound[0].n_kernels, "rel_error": err}
+                   "kernel": op.kernel, "kernels": bound[0].product.n_kernels, "rel_error": err}
             if not err < BOUND["float32"]:
                 rows.append({**row, "status": f"WRONG (rel error {err:.2e})"})
                 continue
