@@ -104,15 +104,16 @@ NBSPMM_FORMATS = {
     "auto": {"format": "auto"},                           # what SpMMOperator(A) picks: BCSR, WCSR or CSR
     "auto-reorder": {"format": "auto", "reorder": "auto"},  # ... with reorder="auto" (RCM where it pays)
     "bcsr-linear": {"format": "bcsr"},                    # op.linear(X): Y = X Aᵀ, X = Bᵀ and Y = Cᵀ as they lie
+    "bcsr-linear-dynamic": {"format": "bcsr", "item_order": "dynamic"},  # ... items claimed at run time
     "csr-rcm": {"format": "csr", "reorder": "rcm"},       # rows walked in RCM order (formats.reorder)
     "wcsr-rcm": {"format": "wcsr", "reorder": "rcm"},     # windows built over the RCM order, rows mapped back
     "routed": {"format": "routed"},                       # dense windows on WCSR, the other rows on a CSR kernel
 }
 # Names whose product is the nn.Linear orientation (``SpMMOperator.linear``), timed on X = Bᵀ and Y = Cᵀ.
-LINEAR_FORMATS = ("bcsr-linear",)
+LINEAR_FORMATS = ("bcsr-linear", "bcsr-linear-dynamic")
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
+NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "bcsr-linear-dynamic": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
                   "csr-async-ca": "wcsr",
                   "wcsr16": "wcsr",
                   "auto": "wcsr", "auto-reorder": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
