@@ -30,14 +30,20 @@ TORCH, CUPY, NUMBA = "torch", "cupy", "numba"
 TORCH_DTYPE_NAME = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
 
 
+# type -> framework, filled as types are met: the per-call fast path (``layout_key``) then costs one dict
+# lookup instead of reading and matching the type's module name.
+_FRAMEWORK_OF_TYPE: dict = {}
+
+
 def framework_of(x) -> str:
     """"torch", "cupy" or "numba" (numba device arrays, numpy input, anything else)."""
-    module = type(x).__module__
-    if module.startswith("torch"):
-        return TORCH
-    if module.startswith("cupy"):
-        return CUPY
-    return NUMBA
+    kind = type(x)
+    framework = _FRAMEWORK_OF_TYPE.get(kind)
+    if framework is None:
+        module = kind.__module__
+        framework = TORCH if module.startswith("torch") else CUPY if module.startswith("cupy") else NUMBA
+        _FRAMEWORK_OF_TYPE[kind] = framework
+    return framework
 
 
 def layout_key(x):
@@ -45,10 +51,10 @@ def layout_key(x):
     and dtype — as one hashable tuple, from the array's own attributes (a fraction of a µs; no
     ``__cuda_array_interface__`` dictionary); None for anything else (numba arrays, numpy). Two arrays
     with equal keys pass the same checks and bind the same product."""
-    module = type(x).__module__
-    if module.startswith("torch"):
+    framework = framework_of(x)
+    if framework == TORCH:
         return TORCH, x.is_cuda, x.data_ptr(), x.shape, x.stride(), x.dtype
-    if module.startswith("cupy"):
+    if framework == CUPY:
         return CUPY, x.data.ptr, x.shape, x.strides, x.dtype
     return None
 
