@@ -13,10 +13,11 @@ itself is returned. The kernels run on B's framework's current stream, or on ``s
 
 Host cost. The first product with a given pair of (B, out) buffers packs the kernels' arguments and
 encodes B's tensor map (``nbspmm.launch``); a repeated ``op(B, out=C)`` on the same buffers then costs
-reading the two arrays' ``__cuda_array_interface__`` and one driver launch per kernel. For torch and
-cupy arrays a repeated call is cheaper still: the operator remembers the layouts (address, shape,
-strides, dtype: ``interop.layout_key``) of the last CHECKED_PAIRS (B, out) pairs that passed its checks,
-with their packed products, and a call whose two layouts it remembers goes straight to the launch.
+reading the two arrays' ``__cuda_array_interface__`` and one driver launch per kernel. For device arrays
+(torch, cupy, numba) a repeated call is cheaper still: the operator remembers the layouts (address,
+shape, strides, dtype: ``interop.layout_key``, read from the arrays' own attributes) of the last
+CHECKED_PAIRS (B, out) pairs that passed its checks, with their packed products, and a call whose two
+layouts it remembers goes straight to the launch. numpy input has no layout key: it is copied each call.
 ``op(B)`` into a new output takes the same path when the framework's allocator hands back an address
 seen before (torch's does, for a result dropped before the next call). ``op.bind(B, C)`` returns the
 packed product itself — calling it costs the launches alone.

@@ -47,16 +47,35 @@ def framework_of(x) -> str:
 
 
 def layout_key(x):
-    """What a product's checks read of a torch tensor or a cupy array — where it is, its shape, strides
-    and dtype — as one hashable tuple, from the array's own attributes (a fraction of a µs; no
-    ``__cuda_array_interface__`` dictionary); None for anything else (numba arrays, numpy). Two arrays
-    with equal keys pass the same checks and bind the same product."""
+    """What a product's checks read of a device array — where it is, its shape, strides and dtype — as
+    one hashable tuple, from the array's own attributes (a fraction of a µs; no
+    ``__cuda_array_interface__`` dictionary, which numba builds with a contiguity test on every access);
+    None for anything else (numpy input is copied to the GPU on every call). Two arrays with equal keys
+    pass the same checks and bind the same product."""
     framework = framework_of(x)
     if framework == TORCH:
         return TORCH, x.is_cuda, x.data_ptr(), x.shape, x.stride(), x.dtype
     if framework == CUPY:
         return CUPY, x.data.ptr, x.shape, x.strides, x.dtype
+    if _is_numba_device_array(type(x)):
+        # numba's view of the bytes: gpu_data is the array's own (offset) pointer, the one its
+        # __cuda_array_interface__ reports; an array without one (no allocation) takes the checked path.
+        pointer = getattr(x.gpu_data, "device_pointer", None)
+        return None if pointer is None else (NUMBA, int(pointer), x.shape, x.strides, x.dtype)
     return None
+
+
+_NUMBA_DEVICE_TYPES: dict = {}
+
+
+def _is_numba_device_array(kind) -> bool:
+    """Whether arrays of this type are numba device arrays (DeviceNDArray and its subclasses: a numba
+    module's type marked ``__cuda_ndarray__``, whose instances hold ``gpu_data``), remembered per type."""
+    known = _NUMBA_DEVICE_TYPES.get(kind)
+    if known is None:
+        known = kind.__module__.startswith("numba") and bool(getattr(kind, "__cuda_ndarray__", False))
+        _NUMBA_DEVICE_TYPES[kind] = known
+    return known
 
 
 def stream_handle(stream) -> int:

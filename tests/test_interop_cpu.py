@@ -261,3 +261,45 @@ def test_the_remembered_pairs_are_bounded(torch_streams):
     for i in range(3 * api.CHECKED_PAIRS):
         op(B, out=TorchLike((6, 5), np.float32, ptr=0x400000 + 0x1000 * i))
         assert len(op._checked) <= api.CHECKED_PAIRS
+
+
+class NumbaLike(FakeDeviceArray):
+    """A numba DeviceNDArray as far as ``interop.layout_key`` and the checks look: a numba module's type
+    marked ``__cuda_ndarray__``, its pointer in ``gpu_data.device_pointer`` (an int-convertible handle)."""
+    __module__ = "numba.cuda.cudadrv.devicearray"
+    __cuda_ndarray__ = True
+
+    def __init__(self, shape, dtype, ptr=0x10000, strides=None):
+        super().__init__(shape, dtype, ptr)
+        self.gpu_data = SimpleNamespace(device_pointer=ptr)
+        self.strides = strides or tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize
+                                        for i in range(len(self.shape)))
+
+    @property
+    def __cuda_array_interface__(self):
+        return {**super().__cuda_array_interface__, "strides": self.strides}
+
+
+def test_numba_arrays_take_the_fast_path_too(monkeypatch):
+    """A numba B and C skip the checks on a repeated call (their __cuda_array_interface__ is read once);
+    another address, shape or dtype is a new key and checked again; numpy input never has a key."""
+    from nbspmm import api
+
+    op = fake_operator(prepared=CachedPrepared())
+    B, out = NumbaLike((4, 5), np.float16), NumbaLike((6, 5), np.float32, ptr=0x30000)
+    read = []
+    real_check = api.as_device_matrix
+    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: read.append(k["name"]) or real_check(*a, **k))
+    for _ in range(3):
+        assert op(B, out=out) is out
+    assert read == ["B", "out"] and op._prepared.binds == 1
+    assert op._prepared.launches == [(0x10000, 0x30000, (6, 5), 0)] * 3
+    with pytest.raises(TypeError, match="dtype"):
+        op(NumbaLike((4, 5), np.float32), out=out)
+    with pytest.raises(ValueError, match="C-contiguous"):             # same address and shape, other strides
+        op(NumbaLike((4, 5), np.float16, strides=(2, 8)), out=out)
+    op(B, out=NumbaLike((6, 5), np.float32, ptr=0x50000))
+    assert op._prepared.binds == 2 and op._prepared.launches[-1][1] == 0x50000
+    assert interop.layout_key(B) == ("numba", 0x10000, (4, 5), (10, 2), np.dtype(np.float16))
+    assert interop.layout_key(np.zeros((4, 5), np.float16)) is None
+    assert interop.layout_key(FakeDeviceArray((4, 5), np.float16)) is None    # not numba's: no key
