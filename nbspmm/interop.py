@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from nbspmm.kernels.dtypes import DEVICE_DTYPE
 from nbspmm.launch import cu_stream
 
@@ -58,10 +60,10 @@ def layout_key(x):
     if framework == CUPY:
         return CUPY, x.data.ptr, x.shape, x.strides, x.dtype
     if _is_numba_device_array(type(x)):
-        # numba's view of the bytes: gpu_data is the array's own (offset) pointer, the one its
-        # __cuda_array_interface__ reports; an array without one (no allocation) takes the checked path.
-        pointer = getattr(x.gpu_data, "device_pointer", None)
-        return None if pointer is None else (NUMBA, int(pointer), x.shape, x.strides, x.dtype)
+        # gpu_data is the array's own (offset) memory, whose address its __cuda_array_interface__
+        # reports; an empty array (NULL: device_pointer_value None) takes the checked path.
+        pointer = getattr(x.gpu_data, "device_pointer_value", None)
+        return None if pointer is None else (NUMBA, pointer, x.shape, x.strides, x.dtype)
     return None
 
 
@@ -70,10 +72,13 @@ _NUMBA_DEVICE_TYPES: dict = {}
 
 def _is_numba_device_array(kind) -> bool:
     """Whether arrays of this type are numba device arrays (DeviceNDArray and its subclasses: a numba
-    module's type marked ``__cuda_ndarray__``, whose instances hold ``gpu_data``), remembered per type."""
+    module's type marked ``__cuda_ndarray__``, whose instances hold ``gpu_data``), remembered per type.
+    Mapped arrays (``cuda.mapped_array``) are numpy arrays too, which the checks copy to the GPU on every
+    call (the product points at the copy): they get no key."""
     known = _NUMBA_DEVICE_TYPES.get(kind)
     if known is None:
-        known = kind.__module__.startswith("numba") and bool(getattr(kind, "__cuda_ndarray__", False))
+        known = (kind.__module__.startswith("numba") and bool(getattr(kind, "__cuda_ndarray__", False))
+                 and not issubclass(kind, np.ndarray))
         _NUMBA_DEVICE_TYPES[kind] = known
     return known
 

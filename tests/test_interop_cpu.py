@@ -265,13 +265,13 @@ def test_the_remembered_pairs_are_bounded(torch_streams):
 
 class NumbaLike(FakeDeviceArray):
     """A numba DeviceNDArray as far as ``interop.layout_key`` and the checks look: a numba module's type
-    marked ``__cuda_ndarray__``, its pointer in ``gpu_data.device_pointer`` (an int-convertible handle)."""
+    marked ``__cuda_ndarray__``, its address in ``gpu_data.device_pointer_value``."""
     __module__ = "numba.cuda.cudadrv.devicearray"
     __cuda_ndarray__ = True
 
     def __init__(self, shape, dtype, ptr=0x10000, strides=None):
         super().__init__(shape, dtype, ptr)
-        self.gpu_data = SimpleNamespace(device_pointer=ptr)
+        self.gpu_data = SimpleNamespace(device_pointer_value=ptr)
         self.strides = strides or tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize
                                         for i in range(len(self.shape)))
 
@@ -303,3 +303,8 @@ def test_numba_arrays_take_the_fast_path_too(monkeypatch):
     assert interop.layout_key(B) == ("numba", 0x10000, (4, 5), (10, 2), np.dtype(np.float16))
     assert interop.layout_key(np.zeros((4, 5), np.float16)) is None
     assert interop.layout_key(FakeDeviceArray((4, 5), np.float16)) is None    # not numba's: no key
+    # A mapped array is a numpy array too: the checks copy it to the GPU each call, so it must get no key.
+    Mapped = type("MappedNDArray", (np.ndarray,), {"__module__": NumbaLike.__module__, "__cuda_ndarray__": True})
+    mapped = np.zeros((4, 5), np.float16).view(Mapped)
+    mapped.gpu_data = SimpleNamespace(device_pointer_value=0x60000)
+    assert interop.layout_key(mapped) is None
