@@ -42,6 +42,43 @@ def test_numba_device_B_and_out():
                           np.float32, "numba B and out")
 
 
+def test_numba_buffers_repeated_calls_take_the_remembered_product():
+    """op(B, out=C) on numba arrays, repeated: the second call takes the remembered product (no checks),
+    which must read B's new values and write C again; a row-offset view of a larger B (another address)
+    and a new B of another width are checked and bound afresh. Every C against float64."""
+    from numba import cuda
+
+    from nbspmm.api import SpMMOperator
+
+    rng = np.random.default_rng(11)
+    A = _A(rng)
+    op = SpMMOperator(A)
+    B = cuda.to_device(rng.standard_normal((200, 64)).astype(np.float16))
+    out = cuda.to_device(np.full((130, 64), np.nan, np.float32))
+    for step in range(3):
+        B.copy_to_device(rng.standard_normal((200, 64)).astype(np.float16))   # same buffer, new values
+        out.copy_to_device(np.full((130, 64), np.nan, np.float32))
+        assert op(B, out=out) is out
+        cuda.synchronize()
+        assert_elements_close(out.copy_to_host().astype(np.float64), A.to_scipy(),
+                              cast(B.copy_to_host(), np.float16), np.float32, f"numba call {step}")
+    assert len(op._checked) == 1                       # one remembered (B, out) pair served all three
+    tall = cuda.to_device(rng.standard_normal((230, 64)).astype(np.float16))
+    view = tall[30:]                                   # the same layout as B at another address
+    out.copy_to_device(np.full((130, 64), np.nan, np.float32))
+    op(view, out=out)
+    cuda.synchronize()
+    assert_elements_close(out.copy_to_host().astype(np.float64), A.to_scipy(),
+                          cast(tall.copy_to_host()[30:], np.float16), np.float32, "numba row-offset view")
+    wide = cuda.to_device(rng.standard_normal((200, 96)).astype(np.float16))
+    out96 = cuda.to_device(np.full((130, 96), np.nan, np.float32))
+    op(wide, out=out96)
+    cuda.synchronize()
+    assert_elements_close(out96.copy_to_host().astype(np.float64), A.to_scipy(),
+                          cast(wide.copy_to_host(), np.float16), np.float32, "numba new width")
+    assert len(op._checked) == 3
+
+
 def test_torch_tensors_zero_copy_fp16_and_bf16():
     torch = pytest.importorskip("torch")
     from nbspmm.api import SpMMOperator
