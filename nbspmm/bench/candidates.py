@@ -113,8 +113,8 @@ NBSPMM_FORMATS = {
 LINEAR_FORMATS = ("bcsr-linear", "bcsr-linear-dynamic")
 # Byte formula per format (metrics.py): BCSR moves its padded 64 × 64 tiles; WCSR and the baseline are
 # held to the irregular floor, CSR's (their own padding is extra traffic the floor does not excuse).
-NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "bcsr-linear-dynamic": "bcsr", "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr",
-                  "csr-async-ca": "wcsr",
+NBSPMM_STORAGE = {"bcsr": "bcsr", "bcsr-linear": "bcsr", "bcsr-linear-dynamic": "bcsr",
+                  "wcsr": "wcsr", "baseline": "wcsr", "csr": "wcsr", "csr-async": "wcsr", "csr-async-ca": "wcsr",
                   "wcsr16": "wcsr",
                   "auto": "wcsr", "auto-reorder": "wcsr", "csr-rcm": "wcsr", "wcsr-rcm": "wcsr", "routed": "wcsr"}
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
