@@ -97,6 +97,40 @@ UNVERIFIED_ITEM_ORDERS: dict[str, str] = {}
 CHECKED_PAIRS = 16
 
 
+class CheckedLayouts:
+    """The (input, out) layout pairs (``interop.layout_key``) whose product passed an operator's checks,
+    each with its packed product, and the output shape each input layout asks for: what a repeated
+    ``op(B, out=C)`` or ``op.linear(X, out=Y)`` needs to go straight to the launch. Arrays without a key
+    (numpy input) are not remembered. All are forgotten once CHECKED_PAIRS are held (a bound, not a cache
+    policy). Only kernels with a cache of detached bound products (which hold no caller buffer) take part."""
+    __slots__ = ("products", "out_shapes")
+
+    def __init__(self):
+        self.products: dict = {}     # (input layout, out layout) -> packed product
+        self.out_shapes: dict = {}   # input layout -> the shape of its output
+
+    def __len__(self) -> int:
+        return len(self.products)
+
+    def out_shape(self, key):
+        """The output shape remembered for an input of layout `key` (None: not checked before)."""
+        return self.out_shapes.get(key)
+
+    def product(self, key, out):
+        """The packed product for an input of layout `key` into `out` (None: that pair not checked)."""
+        return self.products.get((key, interop.layout_key(out)))
+
+    def remember(self, x, out, out_shape: tuple, product) -> None:
+        x_key, out_key = interop.layout_key(x), interop.layout_key(out)
+        if x_key is None or out_key is None:
+            return
+        if len(self.products) >= CHECKED_PAIRS:
+            self.products.clear()
+            self.out_shapes.clear()
+        self.products[x_key, out_key] = product
+        self.out_shapes[x_key] = out_shape
+
+
 def _auto_row_order_formats() -> tuple[str, ...]:
     """The row-order formats format="auto" may pick for a reorder: those verified on the GPU."""
     return tuple(f for f in ROW_ORDER_FORMATS if not (f == "wcsr" and MAPPED_ROWS_UNVERIFIED))
@@ -265,10 +299,8 @@ class SpMMOperator:
         with memory.out_of_memory_as_error(what, self.sparse.nbytes, self.format_name):
             self._prepared = prepare(self.sparse, self.in_kind, self.out_kind, variant=kernel, **kernel_options)
         self.kernel = self._prepared.name
-        # (layout of B, layout of out) -> packed product, for pairs that passed the checks; B's layout ->
-        # its N. Only kernels with a cache of detached bound products (which hold no caller buffer) take part.
-        self._checked: dict = {}
-        self._checked_inputs: dict = {}
+        # The layouts that passed the checks, for matmul and for linear (its own products).
+        self._checked, self._checked_linear = CheckedLayouts(), CheckedLayouts()
         self._bound_cache = getattr(self._prepared, "bound_cache", None)
 
     @property
@@ -298,11 +330,11 @@ class SpMMOperator:
         plain = not check_finite and nonfinite == "propagate"
         if plain and self._bound_cache is not None:
             b_key = interop.layout_key(B)
-            n_cols = self._checked_inputs.get(b_key)
-            if n_cols is not None:                 # B's layout passed the checks before
+            out_shape = self._checked.out_shape(b_key)
+            if out_shape is not None:              # B's layout passed the checks before
                 if out is None:
-                    out = self._new_output(B, n_cols)
-                product = self._checked.get((b_key, interop.layout_key(out)))
+                    out = self._new_output(B, out_shape, "C")
+                product = self._checked.product(b_key, out)
                 if product is not None:
                     product(interop.launch_stream(B, stream))
                     return out
@@ -316,7 +348,7 @@ class SpMMOperator:
         launch_stream = interop.launch_stream(B, stream)
         if plain and self._bound_cache is not None:
             product = self._bound_cache.get(B_dev, C_dev)
-            self._remember_checked(B, result, B_dev.shape[1], product)
+            self._checked.remember(B, result, C_dev.shape, product)
             product(launch_stream)
             return result
         self._prepared.launch(B_dev, C_dev, stream=launch_stream)
@@ -337,20 +369,29 @@ class SpMMOperator:
 
         Non-finite values propagate as in ``matmul``'s "propagate" mode (a NaN/Inf of X may reach every
         output feature of a 64-row block that meets its column); there is no "exact" mode here."""
+        x_key = interop.layout_key(X)
+        out_shape = self._checked_linear.out_shape(x_key)
+        if out_shape is not None:                  # X's layout passed the checks before: as in matmul
+            if out is None:
+                out = self._new_output(X, out_shape, "Y")
+            product = self._checked_linear.product(x_key, out)
+            if product is not None:
+                product(interop.launch_stream(X, stream))
+                return out
         orientation = self._linear_pipeline()
         M, K = self.shape
         X_dev = as_device_matrix(X, self.in_kind, cols=K, name="X", any_rank=True)
         lead = tuple(X.shape[:-1]) if getattr(X, "ndim", 2) != 2 else (X_dev.shape[0],)
         if out is None:
-            itemsize = DEVICE_DTYPE[self.out_kind].itemsize
-            with memory.out_of_memory_as_error("the output Y", X_dev.shape[0] * M * itemsize):
-                out = interop.new_output(X, lead + (M,), self.out_kind)
+            out = self._new_output(X, lead + (M,), "Y")
             Y_dev = DeviceMatrix.of(out).as_rows()
         else:
             Y_dev = as_device_matrix(out, self.out_kind, cols=M, name="out", writable=True, any_rank=True)
             if tuple(out.shape) != lead + (M,):
                 raise ValueError(f"out must have shape {lead + (M,)} (X's leading dimensions x M); got {tuple(out.shape)}")
-        orientation.launch(X_dev, Y_dev, stream=interop.launch_stream(X, stream))
+        product = orientation.bound_cache.get(X_dev, Y_dev)
+        self._checked_linear.remember(X, out, lead + (M,), product)
+        product(interop.launch_stream(X, stream))
         return out
 
     def _linear_pipeline(self):
@@ -374,23 +415,11 @@ class SpMMOperator:
         B_dev, (C_dev, _) = self._operands(B, out)
         return interop.HeldProduct(self._prepared.bind(B_dev, C_dev), B, out, stream)
 
-    def _remember_checked(self, B, out, n_cols: int, product) -> None:
-        """Remember the layouts of a (B, out) pair that passed the checks, with its packed product (the
-        fast path of ``matmul``); forget them all when CHECKED_PAIRS are held (a bound, not a cache policy)."""
-        b_key, out_key = interop.layout_key(B), interop.layout_key(out)
-        if b_key is None or out_key is None:
-            return
-        if len(self._checked) >= CHECKED_PAIRS:
-            self._checked.clear()
-            self._checked_inputs.clear()
-        self._checked[b_key, out_key] = product
-        self._checked_inputs[b_key] = n_cols
-
-    def _new_output(self, B, n_cols: int):
-        """An uninitialized C (M × n_cols, the output dtype) in B's framework."""
-        M = self.shape[0]
-        with memory.out_of_memory_as_error("the output C", M * n_cols * DEVICE_DTYPE[self.out_kind].itemsize):
-            return interop.new_output(B, (M, n_cols), self.out_kind)
+    def _new_output(self, like, shape: tuple, name: str):
+        """An uninitialized output of `shape` (the output dtype) in like's framework."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * DEVICE_DTYPE[self.out_kind].itemsize
+        with memory.out_of_memory_as_error(f"the output {name}", nbytes):
+            return interop.new_output(like, shape, self.out_kind)
 
     def _operands(self, B, out):
         """Checked DeviceMatrix views of B and C, and the object to return as C."""
@@ -398,7 +427,7 @@ class SpMMOperator:
         B_dev = as_device_matrix(B, self.in_kind, rows=K, name="B")
         N = B_dev.shape[1]
         if out is None:
-            result = self._new_output(B, N)
+            result = self._new_output(B, (M, N), "C")
             return B_dev, (DeviceMatrix.of(result), result)
         C_dev = as_device_matrix(out, self.out_kind, rows=M, name="out", writable=True)
         if C_dev.shape != (M, N):

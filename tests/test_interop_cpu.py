@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nbspmm import interop
-from nbspmm.api import SpMMOperator
+from nbspmm.api import CheckedLayouts, SpMMOperator
 
 
 class FakeDeviceArray:
@@ -84,7 +84,7 @@ def fake_operator(shape=(6, 4), in_kind="f16", out_kind="f32", prepared=None):
     op = object.__new__(SpMMOperator)
     op.shape, op.in_kind, op.out_kind = shape, in_kind, out_kind
     op._prepared = FakePrepared() if prepared is None else prepared
-    op._checked, op._checked_inputs = {}, {}
+    op._checked, op._checked_linear = CheckedLayouts(), CheckedLayouts()
     op._bound_cache = getattr(op._prepared, "bound_cache", None)
     return op
 
@@ -134,7 +134,7 @@ class TorchLike(FakeDeviceArray):
 
     def __init__(self, shape, dtype, ptr=0x10000, strides=None):
         super().__init__(shape, dtype, ptr)
-        self.is_cuda, self.device = True, "cuda:0"
+        self.is_cuda, self.device, self.ndim = True, "cuda:0", len(self.shape)
         itemsize = self.dtype.itemsize
         self._strides = strides or tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
         self._bytes = tuple(s * itemsize for s in self._strides)
@@ -308,3 +308,41 @@ def test_numba_arrays_take_the_fast_path_too(monkeypatch):
     mapped = np.zeros((4, 5), np.float16).view(Mapped)
     mapped.gpu_data = SimpleNamespace(device_pointer_value=0x60000)
     assert interop.layout_key(mapped) is None
+
+
+class LinearPrepared(CachedPrepared):
+    """A BCSR pipeline with a TMA loader as far as ``op.linear`` looks: its nn.Linear twin is another
+    CachedPrepared (its own bound products)."""
+    cfg = SimpleNamespace(loader="tma")
+
+    def __init__(self):
+        super().__init__()
+        self.twin = CachedPrepared()
+
+    def linear_orientation(self):
+        return self.twin
+
+
+def test_a_repeated_linear_call_skips_the_checks_but_not_the_launch(torch_streams, monkeypatch):
+    """op.linear(X, out=Y) remembers (X, Y)'s layouts as matmul does (its own products: the twin's); any
+    rank of X; a new Y (out=None) gets X's leading dimensions; another X layout is checked again."""
+    from nbspmm import api
+
+    op = fake_operator(prepared=LinearPrepared())
+    op.format_name, op.experimental = "bcsr", False
+    X, Y = TorchLike((2, 3, 4), np.float16), TorchLike((2, 3, 6), np.float32, ptr=0x30000)
+    checked = []
+    real_check = api.as_device_matrix
+    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: checked.append(k["name"]) or real_check(*a, **k))
+    for _ in range(3):
+        assert op.linear(X, out=Y) is Y
+    twin = op._prepared.twin
+    assert checked == ["X", "out"] and twin.binds == 1 and op._prepared.binds == 0
+    assert twin.launches == [(0x10000, 0x30000, (6, 6), 42)] * 3        # Y as its rows: 2 · 3 rows of M = 6
+    new = op.linear(X)                        # a new Y at a new address: its pair is checked and bound
+    assert new.shape == (2, 3, 6) and checked == ["X", "out"] * 2 and twin.binds == 2
+    with pytest.raises(ValueError, match="shape"):
+        op.linear(X, out=TorchLike((6, 6), np.float32, ptr=0x30000))        # same bytes, not X's leading dims
+    with pytest.raises(TypeError, match="dtype"):
+        op.linear(TorchLike((2, 3, 4), np.float32), out=Y)
+    assert len(op._checked_linear) == 2 and len(op._checked) == 0

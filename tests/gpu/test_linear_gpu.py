@@ -132,6 +132,34 @@ def test_torch_activations_of_any_rank():
     assert torch.allclose(y.double(), ref, rtol=2e-2, atol=1e-2)
 
 
+def test_repeated_linear_calls_take_the_remembered_product():
+    """op.linear(x, out=y) on the same torch buffers, new values each time: the second and third calls go
+    through the remembered product (no checks) and must read x's new values; then a new y (out=None) and
+    an x of another token count. Every y against float64, element by element."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    A = formats.BCSR.from_scipy(block_sparse(rng, 384, 256, block_density=0.5), dtype=np.float16)
+    A_cast = sp.csr_array(A.to_scipy()).astype(np.float64)
+    op = operator(A, out_dtype=np.float16)
+
+    def check(x, y, label):
+        X_host = x.reshape(-1, 256).cpu().numpy()
+        assert_elements_close(y.reshape(-1, 384).double().cpu().numpy().T, A_cast, cast(X_host, A.dtype).T,
+                              np.float16, label)
+
+    x = torch.empty(2, 70, 256, device="cuda", dtype=torch.float16)
+    y = torch.empty(2, 70, 384, device="cuda", dtype=torch.float16)
+    for step in range(3):
+        x.copy_(torch.randn(2, 70, 256, dtype=torch.float16))
+        y.fill_(float("nan"))
+        assert op.linear(x, out=y) is y
+        check(x, y, f"call {step}")
+    assert len(op._checked_linear) == 1
+    check(x, op.linear(x), "new y")
+    other = torch.randn(130, 256, device="cuda", dtype=torch.float16)
+    check(other, op.linear(other), "another token count")
+
+
 def test_block_sparse_linear_in_the_linear_orientation():
     """BlockSparseLinear(orientation="linear") on CUDA: the same y as the verified transposed path, within
     the 16-bit output's rounding, and contiguous."""
