@@ -293,6 +293,9 @@ def part_host(timer) -> list[dict]:
                  "op.bind(B, C)() graph": bound, "op.bind(B, C).launch_each()": bound.launch_each,
                  "cuGraphLaunch alone": lambda: graph._driver.cuGraphLaunch(graph._exec, graph.stream),
                  "op(B) numba, new C": lambda: op(Bn)}
+        if fmt == "bcsr":                        # the nn.Linear orientation (BlockSparseLinear's call): Y = X Aᵀ
+            Xt, Yt = Bt.T.contiguous(), Ct.T.contiguous()
+            paths["op.linear(X, out=Y) torch"] = lambda: op.linear(Xt, out=Yt)
         for name, fn in paths.items():
             for _ in range(20):
                 fn()
