@@ -187,14 +187,21 @@ def torch_streams(monkeypatch):
     return made
 
 
-def test_a_repeated_call_skips_the_checks_but_not_the_launch(torch_streams, monkeypatch):
+@pytest.fixture
+def checks_read(monkeypatch):
+    """The names of the arrays the operator's argument checks read (``api.as_device_matrix``), in order."""
     from nbspmm import api
 
+    names = []
+    real_check = api.as_device_matrix
+    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: names.append(k["name"]) or real_check(*a, **k))
+    return names
+
+
+def test_a_repeated_call_skips_the_checks_but_not_the_launch(torch_streams, checks_read):
     op = fake_operator(prepared=CachedPrepared())
     B, out = TorchLike((4, 5), np.float16), TorchLike((6, 5), np.float32, ptr=0x30000)
-    checked = []
-    real_check = api.as_device_matrix
-    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: checked.append(k["name"]) or real_check(*a, **k))
+    checked = checks_read
     for _ in range(3):
         assert op(B, out=out) is out
     assert checked == ["B", "out"] and op._prepared.binds == 1 and op._prepared.direct == 0
@@ -280,16 +287,12 @@ class NumbaLike(FakeDeviceArray):
         return {**super().__cuda_array_interface__, "strides": self.strides}
 
 
-def test_numba_arrays_take_the_fast_path_too(monkeypatch):
+def test_numba_arrays_take_the_fast_path_too(checks_read):
     """A numba B and C skip the checks on a repeated call (their __cuda_array_interface__ is read once);
     another address, shape or dtype is a new key and checked again; numpy input never has a key."""
-    from nbspmm import api
-
     op = fake_operator(prepared=CachedPrepared())
     B, out = NumbaLike((4, 5), np.float16), NumbaLike((6, 5), np.float32, ptr=0x30000)
-    read = []
-    real_check = api.as_device_matrix
-    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: read.append(k["name"]) or real_check(*a, **k))
+    read = checks_read
     for _ in range(3):
         assert op(B, out=out) is out
     assert read == ["B", "out"] and op._prepared.binds == 1
@@ -323,17 +326,13 @@ class LinearPrepared(CachedPrepared):
         return self.twin
 
 
-def test_a_repeated_linear_call_skips_the_checks_but_not_the_launch(torch_streams, monkeypatch):
+def test_a_repeated_linear_call_skips_the_checks_but_not_the_launch(torch_streams, checks_read):
     """op.linear(X, out=Y) remembers (X, Y)'s layouts as matmul does (its own products: the twin's); any
     rank of X; a new Y (out=None) gets X's leading dimensions; another X layout is checked again."""
-    from nbspmm import api
-
     op = fake_operator(prepared=LinearPrepared())
     op.format_name, op.experimental = "bcsr", False
     X, Y = TorchLike((2, 3, 4), np.float16), TorchLike((2, 3, 6), np.float32, ptr=0x30000)
-    checked = []
-    real_check = api.as_device_matrix
-    monkeypatch.setattr(api, "as_device_matrix", lambda *a, **k: checked.append(k["name"]) or real_check(*a, **k))
+    checked = checks_read
     for _ in range(3):
         assert op.linear(X, out=Y) is Y
     twin = op._prepared.twin
