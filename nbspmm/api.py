@@ -329,15 +329,9 @@ class SpMMOperator:
         checks, not fast paths."""
         plain = not check_finite and nonfinite == "propagate"
         if plain and self._bound_cache is not None:
-            b_key = interop.layout_key(B)
-            out_shape = self._checked.out_shape(b_key)
-            if out_shape is not None:              # B's layout passed the checks before
-                if out is None:
-                    out = self._new_output(B, out_shape, "C")
-                product = self._checked.product(b_key, out)
-                if product is not None:
-                    product(interop.launch_stream(B, stream))
-                    return out
+            done, out = self._replay_checked(self._checked, B, out, stream, "C")
+            if done:
+                return out
         nonfinite_values.check_mode(nonfinite)
         B_dev, (C_dev, result) = self._operands(B, out)
         B_host = None
@@ -369,15 +363,9 @@ class SpMMOperator:
 
         Non-finite values propagate as in ``matmul``'s "propagate" mode (a NaN/Inf of X may reach every
         output feature of a 64-row block that meets its column); there is no "exact" mode here."""
-        x_key = interop.layout_key(X)
-        out_shape = self._checked_linear.out_shape(x_key)
-        if out_shape is not None:                  # X's layout passed the checks before: as in matmul
-            if out is None:
-                out = self._new_output(X, out_shape, "Y")
-            product = self._checked_linear.product(x_key, out)
-            if product is not None:
-                product(interop.launch_stream(X, stream))
-                return out
+        done, out = self._replay_checked(self._checked_linear, X, out, stream, "Y")
+        if done:
+            return out
         orientation = self._linear_pipeline()
         M, K = self.shape
         X_dev = as_device_matrix(X, self.in_kind, cols=K, name="X", any_rank=True)
@@ -414,6 +402,22 @@ class SpMMOperator:
             raise TypeError("bind takes device arrays (B is re-read at every call); got a numpy array for B")
         B_dev, (C_dev, _) = self._operands(B, out)
         return interop.HeldProduct(self._prepared.bind(B_dev, C_dev), B, out, stream)
+
+    def _replay_checked(self, checked: CheckedLayouts, x, out, stream, name: str):
+        """The fast path of a repeated call: (True, out) when x's and out's layouts passed the checks
+        before and their product is enqueued; else (False, out), for the checked path. An out of None is
+        allocated here once x's layout is known (then its new address makes a pair not seen yet)."""
+        key = interop.layout_key(x)
+        out_shape = checked.out_shape(key)
+        if out_shape is None:
+            return False, out
+        if out is None:
+            out = self._new_output(x, out_shape, name)
+        product = checked.product(key, out)
+        if product is None:
+            return False, out
+        product(interop.launch_stream(x, stream))
+        return True, out
 
     def _new_output(self, like, shape: tuple, name: str):
         """An uninitialized output of `shape` (the output dtype) in like's framework."""
