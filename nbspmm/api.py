@@ -351,7 +351,7 @@ class SpMMOperator:
             nonfinite_values.patch_exact(self, B_host, C_dev)
         return result
 
-    # op(B, ...) is matmul itself, not a wrapper forwarding its keywords (a fifth of the fast path's Python time).
+    # op(B, ...) is matmul itself, not a wrapper forwarding its keywords (a tenth of the fast path's Python time).
     __call__ = matmul
 
     def linear(self, X, out=None, *, stream=None):
